@@ -1,1 +1,14 @@
-//! placeholder
+//! The jump-pod contract of dstack's SSH jump pod, shared by the Kubewarden policy (Wasm) and
+//! the native host: the label schema, Kubernetes quantities, the rules, the mutation and the
+//! settings. Pure functions over typed k8s-openapi objects; no I/O.
+
+pub mod admission;
+pub mod mutate;
+pub mod quantity;
+pub mod rules;
+pub mod schema;
+pub mod settings;
+
+pub use admission::{Outcome, Request, review};
+pub use quantity::Quantity;
+pub use settings::{Contract, Settings};

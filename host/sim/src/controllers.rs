@@ -179,9 +179,11 @@ fn controller_uid(p: &Value) -> Option<&str> {
 }
 
 fn replicasets(st: &mut State) {
-    let rss: Vec<Value> = st.iter("replicasets", None).cloned().collect();
-    for rs in rss {
-        replicaset(st, &rs);
+    for ns in std::mem::take(&mut st.dirty_ns) {
+        let rss: Vec<Value> = st.iter("replicasets", Some(&ns)).cloned().collect();
+        for rs in rss {
+            replicaset(st, &rs);
+        }
     }
 }
 

@@ -47,6 +47,8 @@ pub struct State {
     pub deletion_due: Vec<(Instant, String, String, String)>,
     /// Set when an owner might have gone, so the garbage collector looks.
     pub gc_needed: bool,
+    /// Namespaces whose pods or ReplicaSets changed since the ReplicaSet controller looked.
+    pub dirty_ns: BTreeSet<String>,
     pub admission: Option<Arc<dyn Admission>>,
     pub pod_termination: Duration,
     pub kubelet_delay: Duration,
@@ -125,6 +127,7 @@ impl State {
             kubelet_due: Vec::new(),
             deletion_due: Vec::new(),
             gc_needed: false,
+            dirty_ns: BTreeSet::new(),
             admission,
             pod_termination,
             kubelet_delay,
@@ -192,6 +195,9 @@ impl State {
             meta_str(&obj, "namespace").to_string(),
             meta_str(&obj, "name").to_string(),
         );
+        if matches!(res.resource, "pods" | "replicasets") {
+            self.dirty_ns.insert(key.0.clone());
+        }
         self.coll_mut(res).insert(key, obj.clone());
         obj
     }
@@ -203,6 +209,9 @@ impl State {
             .remove(&(ns.to_string(), name.to_string()))?;
         self.rv += 1;
         self.gc_needed = true;
+        if matches!(res.resource, "pods" | "replicasets") {
+            self.dirty_ns.insert(ns.to_string());
+        }
         if res.resource == "services" {
             for p in node_ports(&old) {
                 self.node_ports.remove(&p);

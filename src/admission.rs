@@ -1,0 +1,275 @@
+//! The verdict on one admission request: which objects are judged, and how.
+//!
+//! Every pod in the policy's scope passes through here, so the object is first read for its
+//! metadata alone; only a jump pod (or a jump-pod ReplicaSet) is parsed in full.
+
+use crate::mutate;
+use crate::rules::{self, Violation};
+use crate::schema::{self, Schema};
+use crate::settings::{Contract, Settings};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+/// The parts of an AdmissionRequest the verdict depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// `request.kind.group` and `request.kind.kind`.
+    pub group: &'a str,
+    pub kind: &'a str,
+    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub operation: &'a str,
+    /// `request.name`, used when the object has no name yet.
+    pub name: Option<&'a str>,
+    pub object: Option<&'a RawValue>,
+    pub old_object: Option<&'a RawValue>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Accept {
+        warnings: Vec<String>,
+    },
+    /// Accept the object as changed here.
+    Mutate {
+        object: Value,
+        warnings: Vec<String>,
+    },
+    Reject {
+        message: String,
+        code: Option<u16>,
+    },
+}
+
+impl Outcome {
+    fn accept() -> Outcome {
+        Outcome::Accept {
+            warnings: Vec::new(),
+        }
+    }
+
+    fn reject(message: String) -> Outcome {
+        Outcome::Reject {
+            message,
+            code: None,
+        }
+    }
+
+    fn bad_request(message: String) -> Outcome {
+        Outcome::Reject {
+            message,
+            code: Some(400),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Labels<'a> {
+    #[serde(borrow, rename = "app.kubernetes.io/name")]
+    app: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    labels: Option<Labels<'a>>,
+}
+
+impl Meta<'_> {
+    fn app(&self) -> Option<&str> {
+        self.labels.as_ref()?.app.as_deref()
+    }
+}
+
+#[derive(Deserialize)]
+struct PodHead<'a> {
+    #[serde(borrow)]
+    metadata: Option<Meta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TemplateHead<'a> {
+    #[serde(borrow)]
+    metadata: Option<Meta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ReplicaSetSpecHead<'a> {
+    #[serde(borrow)]
+    template: Option<TemplateHead<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ReplicaSetHead<'a> {
+    #[serde(borrow)]
+    metadata: Option<Meta<'a>>,
+    #[serde(borrow)]
+    spec: Option<ReplicaSetSpecHead<'a>>,
+}
+
+/// Judges one request. `settings` is read only when a jump pod is found.
+pub fn review(request: &Request<'_>, settings: Option<&RawValue>) -> Outcome {
+    let Some(object) = request.object else {
+        return Outcome::accept();
+    };
+    if !matches!(request.operation, "CREATE" | "UPDATE") {
+        return Outcome::accept();
+    }
+    let judged = match (request.group, request.kind) {
+        ("", "Pod") => classify_pod(object, request.name),
+        ("apps", "ReplicaSet") => classify_replica_set(object),
+        _ => return Outcome::accept(),
+    };
+    let (schema, name) = match judged {
+        Ok(Some(found)) => found,
+        Ok(None) => return Outcome::accept(),
+        Err(message) => return Outcome::bad_request(message),
+    };
+    let contract = match Settings::from_json(settings.map_or(b"null", |s| s.get().as_bytes()))
+        .and_then(|s| s.contract())
+    {
+        Ok(contract) => contract,
+        Err(e) => return Outcome::bad_request(e.to_string()),
+    };
+    let update = request.operation == "UPDATE";
+    match request.kind {
+        "Pod" => review_pod(object, request.old_object.filter(|_| update), schema, &name, &contract),
+        _ => review_replica_set(object, request.old_object.filter(|_| update), &name, &contract),
+    }
+}
+
+fn classify_pod(object: &RawValue, request_name: Option<&str>) -> Result<Option<(Schema, String)>, String> {
+    let head: PodHead = serde_json::from_str(object.get())
+        .map_err(|e| format!("cannot read the pod's metadata: {e}"))?;
+    let meta = head.metadata.as_ref();
+    let name = meta.and_then(|m| m.name.as_deref()).or(request_name);
+    Ok(schema::classify(meta.and_then(Meta::app), name)
+        .map(|schema| (schema, name.unwrap_or_default().to_owned())))
+}
+
+fn classify_replica_set(object: &RawValue) -> Result<Option<(Schema, String)>, String> {
+    let head: ReplicaSetHead = serde_json::from_str(object.get())
+        .map_err(|e| format!("cannot read the ReplicaSet's metadata: {e}"))?;
+    let own_name = head.metadata.as_ref().and_then(|m| m.name.as_deref());
+    let template = head
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .and_then(|t| t.metadata.as_ref());
+    let name = template.and_then(|m| m.name.as_deref()).or(own_name);
+    Ok(schema::classify(template.and_then(Meta::app), name)
+        .map(|schema| (schema, own_name.unwrap_or_default().to_owned())))
+}
+
+/// Parses JSON into a typed object, naming the field that does not fit.
+fn typed<T: DeserializeOwned>(value: &Value, what: &str) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        format!("cannot read {what}: {path}: {}", e.inner())
+    })
+}
+
+fn parse<T: DeserializeOwned>(raw: &RawValue, what: &str) -> Result<(Value, T), String> {
+    let value: Value =
+        serde_json::from_str(raw.get()).map_err(|e| format!("cannot read {what}: {e}"))?;
+    let object = typed(&value, what)?;
+    Ok((value, object))
+}
+
+fn review_pod(
+    object: &RawValue,
+    old: Option<&RawValue>,
+    schema: Schema,
+    name: &str,
+    contract: &Contract,
+) -> Outcome {
+    let what = format!("jump pod {name:?}");
+    let (mut value, pod) = match parse::<Pod>(object, &what) {
+        Ok(parsed) => parsed,
+        Err(message) => return Outcome::bad_request(message),
+    };
+    let spec = pod.spec.clone().unwrap_or_default();
+    if let Some(old) = old {
+        return match parse::<Pod>(old, &format!("the old {what}")) {
+            Ok((_, old_pod)) => judge_update(&spec, &old_pod.spec.unwrap_or_default(), &what, contract),
+            Err(message) => Outcome::bad_request(message),
+        };
+    }
+    let mutation = mutate::plan(&pod, schema, contract);
+    if mutation.is_empty() {
+        return verdict(&rules::check(&spec, contract), &what, mutation.warnings);
+    }
+    if !contract.mutate {
+        return Outcome::reject(format!(
+            "{what} is missing what the jump-pod contract requires (mutation is off): {}",
+            mutation.describe_missing()
+        ));
+    }
+    mutation.apply(&mut value);
+    let mutated: Pod = match typed(&value, &what) {
+        Ok(pod) => pod,
+        Err(message) => return Outcome::bad_request(message),
+    };
+    match verdict(&rules::check(&mutated.spec.unwrap_or_default(), contract), &what, Vec::new()) {
+        Outcome::Accept { .. } => Outcome::Mutate {
+            object: value,
+            warnings: mutation.warnings,
+        },
+        rejection => rejection,
+    }
+}
+
+fn review_replica_set(object: &RawValue, old: Option<&RawValue>, name: &str, contract: &Contract) -> Outcome {
+    let what = format!("the pod template of jump-pod ReplicaSet {name:?}");
+    let template_spec = |rs: ReplicaSet| {
+        rs.spec
+            .and_then(|s| s.template)
+            .and_then(|t| t.spec)
+            .unwrap_or_default()
+    };
+    let spec = match parse::<ReplicaSet>(object, &what) {
+        Ok((_, rs)) => template_spec(rs),
+        Err(message) => return Outcome::bad_request(message),
+    };
+    match old.map(|old| parse::<ReplicaSet>(old, &format!("the old {what}"))) {
+        Some(Ok((_, old_rs))) => judge_update(&spec, &template_spec(old_rs), &what, contract),
+        Some(Err(message)) => Outcome::bad_request(message),
+        None => verdict(&rules::check(&spec, contract), &what, Vec::new()),
+    }
+}
+
+/// An update that leaves the resources as they were is accepted, with a warning if they
+/// break the contract: existing objects must never be locked (a ReplicaSet adopts a legacy
+/// BestEffort pod by updating its ownerReferences).
+fn judge_update(spec: &PodSpec, old: &PodSpec, what: &str, contract: &Contract) -> Outcome {
+    let violations = rules::check(spec, contract);
+    if rules::resources_by_container(spec) != rules::resources_by_container(old) {
+        return verdict(&violations, what, Vec::new());
+    }
+    let warnings = if violations.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "{what} does not meet the jump-pod contract (accepted: its resources did not change): {}",
+            rules::describe(&violations)
+        )]
+    };
+    Outcome::Accept { warnings }
+}
+
+fn verdict(violations: &[Violation], what: &str, warnings: Vec<String>) -> Outcome {
+    if violations.is_empty() {
+        Outcome::Accept { warnings }
+    } else {
+        Outcome::reject(format!(
+            "{what} does not meet the jump-pod contract: {}",
+            rules::describe(violations)
+        ))
+    }
+}

@@ -1,0 +1,324 @@
+//! What a jump pod is missing at creation, and how to fill it in.
+//!
+//! The plan is computed from the typed pod and applied to the pod's raw JSON: rewriting the
+//! object through typed structs would drop fields this crate's Kubernetes version does not
+//! know, and the JSONPatch the policy-server derives would then remove them.
+
+use crate::rules::{Resource, Side};
+use crate::schema::{self, Schema};
+use crate::settings::Contract;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use serde_json::{Map, Value};
+
+/// A value to write where nothing was set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fill {
+    Resource {
+        init: bool,
+        index: usize,
+        container: String,
+        resource: Resource,
+        side: Side,
+        value: String,
+    },
+    Label {
+        key: &'static str,
+        value: String,
+    },
+}
+
+/// Everything a pod lacks, plus what could not be filled in and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mutation {
+    pub fills: Vec<Fill>,
+    pub warnings: Vec<String>,
+}
+
+impl Mutation {
+    pub fn is_empty(&self) -> bool {
+        self.fills.is_empty()
+    }
+
+    /// One line per missing value, for the rejection when mutation is switched off.
+    pub fn describe_missing(&self) -> String {
+        self.fills
+            .iter()
+            .map(|fill| match fill {
+                Fill::Resource {
+                    init,
+                    container,
+                    resource,
+                    side,
+                    value,
+                    ..
+                } => format!(
+                    "{} {container:?}: resources.{}.{} is missing (would be set to {value})",
+                    if *init { "init container" } else { "container" },
+                    side.field(),
+                    resource.key()
+                ),
+                Fill::Label { key, value } => {
+                    format!("label {key} is missing (would be set to {value:?})")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Writes the fills into a pod's JSON, creating the maps on the way.
+    pub fn apply(&self, pod: &mut Value) {
+        for fill in &self.fills {
+            match fill {
+                Fill::Resource {
+                    init,
+                    index,
+                    resource,
+                    side,
+                    value,
+                    ..
+                } => {
+                    let list = if *init {
+                        "initContainers"
+                    } else {
+                        "containers"
+                    };
+                    let Some(container) = pod
+                        .pointer_mut(&format!("/spec/{list}/{index}"))
+                        .and_then(Value::as_object_mut)
+                    else {
+                        continue;
+                    };
+                    let map = object_at(object_at(container, "resources"), side.field());
+                    map.insert(resource.key().to_owned(), Value::String(value.clone()));
+                }
+                Fill::Label { key, value } => {
+                    let Some(root) = pod.as_object_mut() else {
+                        continue;
+                    };
+                    let labels = object_at(object_at(root, "metadata"), "labels");
+                    labels.insert((*key).to_owned(), Value::String(value.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The object at `key`, replacing an absent or null one with `{}`.
+fn object_at<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let slot = parent
+        .entry(key.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !slot.is_object() {
+        *slot = Value::Object(Map::new());
+    }
+    slot.as_object_mut().expect("just made an object")
+}
+
+/// What a jump pod of the given schema needs at creation. Values already set are never
+/// rewritten: if they break a rule, the rules reject them.
+pub fn plan(pod: &Pod, schema: Schema, contract: &Contract) -> Mutation {
+    let mut mutation = Mutation::default();
+    if let Some(spec) = &pod.spec {
+        for (index, container) in spec.containers.iter().enumerate() {
+            fill_resources(container, false, index, contract, &mut mutation.fills);
+        }
+        for (index, container) in spec.init_containers.iter().flatten().enumerate() {
+            fill_resources(container, true, index, contract, &mut mutation.fills);
+        }
+    }
+    let bare = !pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true));
+    if schema == Schema::Legacy && bare {
+        fill_labels(pod, &mut mutation);
+    }
+    mutation
+}
+
+fn fill_resources(
+    container: &Container,
+    init: bool,
+    index: usize,
+    contract: &Contract,
+    fills: &mut Vec<Fill>,
+) {
+    let resources = container.resources.as_ref();
+    let requests = resources.and_then(|r| r.requests.as_ref());
+    let limits = resources.and_then(|r| r.limits.as_ref());
+    let get = |map: Option<&std::collections::BTreeMap<_, _>>, resource: Resource| {
+        map.and_then(|m| m.get(resource.key()))
+            .map(|q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| q.0.clone())
+    };
+    let mut fill = |resource, side, value: String| {
+        fills.push(Fill::Resource {
+            init,
+            index,
+            container: container.name.clone(),
+            resource,
+            side,
+            value,
+        })
+    };
+    for (resource, default) in [
+        (Resource::Cpu, &contract.cpu.default),
+        (Resource::Memory, &contract.memory.default),
+    ] {
+        match (get(requests, resource), get(limits, resource)) {
+            (None, None) => {
+                fill(resource, Side::Request, default.text.clone());
+                fill(resource, Side::Limit, default.text.clone());
+            }
+            (Some(request), None) => fill(resource, Side::Limit, request),
+            // A limit alone: the API server has already defaulted the request to it.
+            (_, Some(_)) => {}
+        }
+    }
+    let storage = Resource::EphemeralStorage;
+    if !init && get(requests, storage).is_none() && get(limits, storage).is_none() {
+        fill(
+            storage,
+            Side::Request,
+            contract.ephemeral_storage_request.text.clone(),
+        );
+    }
+}
+
+/// Brings a bare pre-#3891 pod into the labelled schema so a ReplicaSet can adopt it. Its
+/// `app.kubernetes.io/name` stays: a pre-#3891 Service still selects on it.
+fn fill_labels(pod: &Pod, mutation: &mut Mutation) {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let labels = pod.metadata.labels.as_ref();
+    let wanted = [
+        (schema::INSTANCE_LABEL, Some(name)),
+        (schema::MANAGED_BY_LABEL, Some(schema::MANAGED_BY)),
+        (schema::PROJECT_LABEL, schema::project_of(name)),
+    ];
+    for (key, value) in wanted {
+        if labels.is_some_and(|l| l.contains_key(key)) {
+            continue;
+        }
+        let Some(value) = value else {
+            mutation.warnings.push(format!(
+                "label {key} not set: no project can be read from the pod name {name:?}"
+            ));
+            continue;
+        };
+        match schema::label_value_problem(value) {
+            None => mutation.fills.push(Fill::Label {
+                key,
+                value: value.to_owned(),
+            }),
+            Some(problem) => mutation.warnings.push(format!(
+                "label {key} not set: {value:?} is not a valid label value ({problem})"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules;
+    use serde_json::json;
+
+    fn legacy_pod(name: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/name": name}},
+            "spec": {"containers": [{"name": format!("{name}-container"), "image": "sshd"}]}
+        })
+    }
+
+    fn typed(value: &Value) -> Pod {
+        serde_json::from_value(value.clone()).unwrap()
+    }
+
+    #[test]
+    fn a_bare_legacy_pod_gets_labels_and_guaranteed_resources() {
+        let mut pod = legacy_pod("dstack-main-ssh-jump-pod");
+        let mutation = plan(&typed(&pod), Schema::Legacy, &Contract::default());
+        mutation.apply(&mut pod);
+        assert_eq!(
+            pod["metadata"]["labels"],
+            json!({
+                "app.kubernetes.io/name": "dstack-main-ssh-jump-pod",
+                "app.kubernetes.io/instance": "dstack-main-ssh-jump-pod",
+                "app.kubernetes.io/managed-by": "dstack",
+                "k8s.dstack.ai/project": "main",
+            })
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"],
+            json!({
+                "requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "1Gi"},
+            })
+        );
+        assert!(mutation.warnings.is_empty());
+        let spec = typed(&pod).spec.unwrap();
+        assert_eq!(rules::check(&spec, &Contract::default()), vec![]);
+    }
+
+    #[test]
+    fn a_request_alone_gets_an_equal_limit_and_explicit_values_stay() {
+        let mut pod = legacy_pod("p-ssh-jump-pod");
+        pod["spec"]["containers"][0]["resources"] =
+            json!({"requests": {"cpu": "0.25", "ephemeral-storage": "1Gi"}, "limits": {"memory": "2Gi"}});
+        let mutation = plan(&typed(&pod), Schema::Current, &Contract::default());
+        mutation.apply(&mut pod);
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"],
+            json!({"requests": {"cpu": "0.25", "ephemeral-storage": "1Gi"}, "limits": {"cpu": "0.25", "memory": "2Gi"}})
+        );
+    }
+
+    #[test]
+    fn a_controlled_legacy_pod_keeps_its_labels() {
+        let mut pod = legacy_pod("dstack-main-ssh-jump-pod");
+        pod["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u", "controller": true
+        }]);
+        let mutation = plan(&typed(&pod), Schema::Legacy, &Contract::default());
+        assert!(mutation.fills.iter().all(|f| matches!(f, Fill::Resource { .. })));
+    }
+
+    #[test]
+    fn a_label_value_kubernetes_would_reject_is_left_out_with_a_warning() {
+        let name = format!("dstack-{}-ssh-jump-pod", "p".repeat(60));
+        let pod = legacy_pod(&name);
+        let mutation = plan(&typed(&pod), Schema::Legacy, &Contract::default());
+        let labels: Vec<_> = mutation
+            .fills
+            .iter()
+            .filter_map(|f| match f {
+                Fill::Label { key, .. } => Some(*key),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(labels, vec![schema::MANAGED_BY_LABEL, schema::PROJECT_LABEL]);
+        assert_eq!(mutation.warnings.len(), 1);
+        assert!(mutation.warnings[0].contains(schema::INSTANCE_LABEL));
+        assert!(mutation.warnings[0].contains("63 characters"));
+    }
+
+    #[test]
+    fn a_conforming_pod_needs_nothing() {
+        let mut pod = legacy_pod("dstack-main-ssh-jump-pod");
+        pod["metadata"]["labels"] = json!(schema::current_labels("dstack-main-ssh-jump-pod", "main"));
+        pod["spec"]["containers"][0]["resources"] = json!({
+            "requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+            "limits": {"cpu": "1", "memory": "1Gi"}});
+        assert_eq!(plan(&typed(&pod), Schema::Current, &Contract::default()), Mutation::default());
+    }
+
+    #[test]
+    fn missing_values_are_described_for_a_strict_rejection() {
+        let pod = legacy_pod("dstack-main-ssh-jump-pod");
+        let text = plan(&typed(&pod), Schema::Legacy, &Contract::default()).describe_missing();
+        assert!(text.contains("container \"dstack-main-ssh-jump-pod-container\": resources.requests.cpu is missing (would be set to 500m)"), "{text}");
+        assert!(text.contains("label app.kubernetes.io/instance is missing"), "{text}");
+    }
+}

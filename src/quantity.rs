@@ -1,0 +1,553 @@
+//! Kubernetes resource quantities, parsed and compared exactly as apimachinery does.
+//!
+//! `k8s-openapi`'s `Quantity` is only a string. The rules compare requests with limits and
+//! minimums, so the string has to become a number with apimachinery's semantics:
+//!
+//! * grammar: `<sign><digits>[.<digits>]<suffix>`, the suffix one of the decimal SI
+//!   (`n u m "" k M G T P E`), binary SI (`Ki Mi Gi Ti Pi Ei`) or a decimal exponent (`e3`,
+//!   `E-2`). Its odd corners are kept: `1.`, `.5` and `1.G` are valid, and so are `+` and `Mi`,
+//!   which read as zero.
+//! * value: exact, never a float. apimachinery keeps a decimal value with at most 18 digits and
+//!   a scale of at least nano exactly as written ("fast path", not capped). Anything else is
+//!   computed exactly, rounded up (away from zero) to the nano unit and capped at
+//!   `2^63 - 1` units. Both are modelled, so `10E` is 10^19 while `10000000000000000000` is
+//!   capped to `9223372036854775807`, as in Kubernetes.
+//! * an exponent beyond `int32` is rejected (apimachinery would silently wrap it).
+
+use std::cmp::Ordering;
+use std::fmt;
+
+/// The largest magnitude the slow path keeps, in nano units: `(2^63 - 1) * 10^9`.
+const CAP_NANOS: u128 = 9_223_372_036_854_775_807 * 1_000_000_000;
+/// apimachinery's `maxInt64Factors`: digits that always fit an int64 on the fast path.
+const MAX_INT64_FACTORS: usize = 18;
+
+/// An exact quantity: `±mantissa × 10^exponent`, normalised (no trailing zeros in the
+/// mantissa; zero is `+0 × 10^0`), so equal values have equal representations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Quantity {
+    negative: bool,
+    mantissa: u128,
+    exponent: i64,
+}
+
+/// Why a string is not a quantity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuantityError {
+    /// The empty string.
+    Empty,
+    /// The text does not follow `<sign><digits>[.<digits>]<suffix>`.
+    Format,
+    /// The suffix is none of the known ones (`0.1mi`, `1i`, `1e`).
+    Suffix(String),
+    /// A decimal exponent that does not fit a 32-bit integer.
+    ExponentRange(String),
+}
+
+impl fmt::Display for QuantityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuantityError::Empty => f.write_str("a quantity cannot be empty"),
+            QuantityError::Format => f.write_str(
+                "not a quantity: expected <number><suffix> such as 500m, 0.5, 1Gi or 1e3",
+            ),
+            QuantityError::Suffix(s) => write!(
+                f,
+                "unknown suffix {s:?}: use one of n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or an exponent like e3"
+            ),
+            QuantityError::ExponentRange(s) => {
+                write!(f, "exponent {s:?} is out of range (it must fit a 32-bit integer)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for QuantityError {}
+
+enum Base {
+    Ten(i64),
+    Two(u32),
+}
+
+impl Quantity {
+    pub const ZERO: Quantity = Quantity {
+        negative: false,
+        mantissa: 0,
+        exponent: 0,
+    };
+
+    /// Parses a quantity string the way apimachinery's `ParseQuantity` does.
+    pub fn parse(text: &str) -> Result<Quantity, QuantityError> {
+        if text.is_empty() {
+            return Err(QuantityError::Empty);
+        }
+        let bytes = text.as_bytes();
+        let parts = split(bytes)?;
+        let base = interpret_suffix(parts.suffix)?;
+        Ok(evaluate(&parts, base))
+    }
+
+    /// `mantissa × 10^exponent`, for tests and for building values in code.
+    pub fn from_parts(negative: bool, mantissa: u128, exponent: i64) -> Quantity {
+        normalise(negative, mantissa, exponent)
+    }
+
+    pub fn is_negative(&self) -> bool {
+        self.negative
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.mantissa == 0
+    }
+
+    /// The value in nano units when it fits an `i128` (always true below the cap).
+    pub fn to_nanos(&self) -> Option<i128> {
+        let shift = self.exponent.checked_add(9)?;
+        let magnitude = if shift >= 0 {
+            let factor = 10u128.checked_pow(u32::try_from(shift).ok()?)?;
+            self.mantissa.checked_mul(factor)?
+        } else {
+            // Normalised values never have a non-zero digit below the nano unit unless the
+            // fast path kept one, which it cannot (its scale is at least nano).
+            self.mantissa / 10u128.checked_pow(u32::try_from(-shift).ok()?)?
+        };
+        let magnitude = i128::try_from(magnitude).ok()?;
+        Some(if self.negative { -magnitude } else { magnitude })
+    }
+}
+
+struct Parts<'a> {
+    negative: bool,
+    /// Integer digits without leading zeros (may be empty).
+    integer: &'a [u8],
+    /// Fraction digits as written (may be empty, may have trailing zeros).
+    fraction: &'a [u8],
+    suffix: &'a [u8],
+}
+
+/// Splits sign, digits and suffix, following `parseQuantityString` character by character.
+fn split(s: &[u8]) -> Result<Parts<'_>, QuantityError> {
+    let mut pos = 0;
+    let mut negative = false;
+    match s.first() {
+        Some(b'-') => {
+            negative = true;
+            pos += 1;
+        }
+        Some(b'+') => pos += 1,
+        _ => {}
+    }
+    while pos < s.len() && s[pos] == b'0' {
+        pos += 1;
+    }
+    if pos == s.len() {
+        // Only a sign and zeros: apimachinery returns zero before looking for a suffix.
+        return Ok(Parts {
+            negative,
+            integer: &[],
+            fraction: &[],
+            suffix: &[],
+        });
+    }
+    let start = pos;
+    while pos < s.len() && s[pos].is_ascii_digit() {
+        pos += 1;
+    }
+    let integer = &s[start..pos];
+    let mut fraction: &[u8] = &[];
+    if pos < s.len() && s[pos] == b'.' {
+        pos += 1;
+        let start = pos;
+        while pos < s.len() && s[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        fraction = &s[start..pos];
+    }
+    let suffix_start = pos;
+    while pos < s.len() && b"eEinumkKMGTP".contains(&s[pos]) {
+        pos += 1;
+    }
+    if pos < s.len() && (s[pos] == b'-' || s[pos] == b'+') {
+        pos += 1;
+    }
+    while pos < s.len() && s[pos].is_ascii_digit() {
+        pos += 1;
+    }
+    if pos != s.len() {
+        return Err(QuantityError::Format);
+    }
+    Ok(Parts {
+        negative,
+        integer,
+        fraction,
+        suffix: &s[suffix_start..],
+    })
+}
+
+fn interpret_suffix(suffix: &[u8]) -> Result<Base, QuantityError> {
+    let base = match suffix {
+        b"" => Base::Ten(0),
+        b"n" => Base::Ten(-9),
+        b"u" => Base::Ten(-6),
+        b"m" => Base::Ten(-3),
+        b"k" => Base::Ten(3),
+        b"M" => Base::Ten(6),
+        b"G" => Base::Ten(9),
+        b"T" => Base::Ten(12),
+        b"P" => Base::Ten(15),
+        b"E" => Base::Ten(18),
+        b"Ki" => Base::Two(10),
+        b"Mi" => Base::Two(20),
+        b"Gi" => Base::Two(30),
+        b"Ti" => Base::Two(40),
+        b"Pi" => Base::Two(50),
+        b"Ei" => Base::Two(60),
+        [b'e' | b'E', exponent @ ..] if !exponent.is_empty() => {
+            let text = String::from_utf8_lossy(suffix).into_owned();
+            let digits = match exponent {
+                [b'+' | b'-', rest @ ..] => rest,
+                rest => rest,
+            };
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return Err(QuantityError::Suffix(text));
+            }
+            let value: i32 = std::str::from_utf8(exponent)
+                .ok()
+                .and_then(|e| e.parse().ok())
+                .ok_or(QuantityError::ExponentRange(text))?;
+            Base::Ten(i64::from(value))
+        }
+        _ => {
+            return Err(QuantityError::Suffix(
+                String::from_utf8_lossy(suffix).into_owned(),
+            ));
+        }
+    };
+    Ok(base)
+}
+
+fn evaluate(parts: &Parts<'_>, base: Base) -> Quantity {
+    // apimachinery counts a missing integer part as the single digit "0".
+    let integer_len = parts.integer.len().max(1);
+    let fraction_len = parts.fraction.len() as i64;
+    let digits: Vec<u8> = parts
+        .integer
+        .iter()
+        .chain(parts.fraction)
+        .map(|d| d - b'0')
+        .skip_while(|&d| d == 0)
+        .collect();
+    match base {
+        Base::Ten(exponent) => {
+            let scale = exponent - fraction_len;
+            if integer_len + parts.fraction.len() <= MAX_INT64_FACTORS && scale >= -9 {
+                // Fast path: exact as written, not capped.
+                normalise(parts.negative, to_u128(&digits), scale)
+            } else {
+                normalise(parts.negative, slow_nanos(&digits, scale), -9)
+            }
+        }
+        Base::Two(power) => {
+            // Binary values that fit int64 are exact on both paths, and larger ones are
+            // capped by the slow path, so the slow path alone gives the same result.
+            let digits = times_power_of_two(&digits, power);
+            normalise(parts.negative, slow_nanos(&digits, -fraction_len), -9)
+        }
+    }
+}
+
+/// `ceil(digits × 10^scale)` in nano units, capped, without big integers: a magnitude that
+/// reaches 10^28 nano is over the cap, and below it every number fits a u128.
+fn slow_nanos(digits: &[u8], scale: i64) -> u128 {
+    if digits.is_empty() {
+        return 0;
+    }
+    let shift = scale.saturating_add(9);
+    let integer_digits = (digits.len() as i64).saturating_add(shift);
+    if integer_digits > 28 {
+        return CAP_NANOS;
+    }
+    let nanos = if shift >= 0 {
+        to_u128(digits) * 10u128.pow(shift as u32)
+    } else {
+        let cut = digits.len().saturating_sub(shift.unsigned_abs() as usize);
+        let (whole, rest) = digits.split_at(cut);
+        to_u128(whole) + u128::from(rest.iter().any(|&d| d != 0))
+    };
+    nanos.min(CAP_NANOS)
+}
+
+fn to_u128(digits: &[u8]) -> u128 {
+    digits
+        .iter()
+        .fold(0u128, |acc, &d| acc * 10 + u128::from(d))
+}
+
+/// Multiplies a decimal digit string by `2^power` (power ≤ 60) in one pass.
+fn times_power_of_two(digits: &[u8], power: u32) -> Vec<u8> {
+    if digits.is_empty() {
+        return Vec::new();
+    }
+    let factor = 1u128 << power;
+    let mut out = Vec::with_capacity(digits.len() + 20);
+    let mut carry = 0u128;
+    for &d in digits.iter().rev() {
+        let x = u128::from(d) * factor + carry;
+        out.push((x % 10) as u8);
+        carry = x / 10;
+    }
+    while carry > 0 {
+        out.push((carry % 10) as u8);
+        carry /= 10;
+    }
+    out.reverse();
+    out
+}
+
+fn normalise(negative: bool, mut mantissa: u128, mut exponent: i64) -> Quantity {
+    if mantissa == 0 {
+        return Quantity::ZERO;
+    }
+    while mantissa % 10 == 0 {
+        mantissa /= 10;
+        exponent += 1;
+    }
+    Quantity {
+        negative,
+        mantissa,
+        exponent,
+    }
+}
+
+fn digit_count(mut n: u128) -> i64 {
+    let mut count = 0;
+    while n > 0 {
+        n /= 10;
+        count += 1;
+    }
+    count
+}
+
+fn compare_magnitude(a: &Quantity, b: &Quantity) -> Ordering {
+    match (a.mantissa, b.mantissa) {
+        (0, 0) => return Ordering::Equal,
+        (0, _) => return Ordering::Less,
+        (_, 0) => return Ordering::Greater,
+        _ => {}
+    }
+    let (da, db) = (digit_count(a.mantissa), digit_count(b.mantissa));
+    // Position of the leading digit decides, unless both lead at the same place.
+    let order = (da + a.exponent).cmp(&(db + b.exponent));
+    if order != Ordering::Equal {
+        return order;
+    }
+    // Same leading position: the exponents differ by less than the mantissas' digit
+    // counts (≤ 28), so aligning fits a u128.
+    match a.exponent.cmp(&b.exponent) {
+        Ordering::Equal => a.mantissa.cmp(&b.mantissa),
+        Ordering::Greater => {
+            (a.mantissa * 10u128.pow((a.exponent - b.exponent) as u32)).cmp(&b.mantissa)
+        }
+        Ordering::Less => {
+            a.mantissa.cmp(&(b.mantissa * 10u128.pow((b.exponent - a.exponent) as u32)))
+        }
+    }
+}
+
+impl Ord for Quantity {
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self.negative, other.negative) {
+            (false, true) => Ordering::Greater,
+            (true, false) => Ordering::Less,
+            (false, false) => compare_magnitude(self, other),
+            (true, true) => compare_magnitude(other, self),
+        }
+    }
+}
+
+impl PartialOrd for Quantity {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::str::FromStr for Quantity {
+    type Err = QuantityError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Quantity::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rstest::rstest;
+
+    fn q(s: &str) -> Quantity {
+        Quantity::parse(s).unwrap_or_else(|e| panic!("{s:?} should parse: {e}"))
+    }
+
+    fn nanos(s: &str) -> i128 {
+        q(s).to_nanos().expect("fits i128")
+    }
+
+    #[rstest]
+    #[case::plain_integer("1", 1_000_000_000)]
+    #[case::milli_cpu("500m", 500_000_000)]
+    #[case::fraction_equals_milli("0.5", 500_000_000)]
+    #[case::fraction_without_integer_part(".5", 500_000_000)]
+    #[case::trailing_dot_is_accepted("1.", 1_000_000_000)]
+    #[case::trailing_dot_before_suffix_is_accepted("1.G", 1_000_000_000_000_000_000)]
+    #[case::kibibyte("1Ki", 1024 * 1_000_000_000)]
+    #[case::gibibyte("1Gi", 1_073_741_824 * 1_000_000_000)]
+    #[case::fractional_binary("1.5Gi", 1_610_612_736 * 1_000_000_000)]
+    #[case::nano("1n", 1)]
+    #[case::micro("3u", 3_000)]
+    #[case::kilo("2k", 2_000 * 1_000_000_000)]
+    #[case::exponent("1e3", 1_000 * 1_000_000_000)]
+    #[case::negative_exponent_upper_case("2E-1", 200_000_000)]
+    #[case::exponent_with_plus("1e+3", 1_000 * 1_000_000_000)]
+    #[case::negative("-1", -1_000_000_000)]
+    #[case::explicit_plus("+5m", 5_000_000)]
+    #[case::leading_zeros("007", 7_000_000_000)]
+    #[case::bare_plus_is_zero("+", 0)]
+    #[case::bare_minus_is_zero("-", 0)]
+    #[case::bare_suffix_is_zero("Mi", 0)]
+    #[case::zeros_only("000", 0)]
+    #[case::zero_with_fraction_zeros("0.000", 0)]
+    #[case::below_nano_rounds_up("0.1n", 1)]
+    #[case::below_nano_negative_rounds_away_from_zero("-0.1n", -1)]
+    #[case::nineteen_digits_round_up_to_nano("0.1234567890123456789", 123_456_790)]
+    #[case::slow_path_caps_at_int64("10000000000000000000", 9_223_372_036_854_775_807 * 1_000_000_000)]
+    #[case::exbibytes_are_capped("16Ei", 9_223_372_036_854_775_807 * 1_000_000_000)]
+    #[case::tiny_exponent_rounds_up_to_one_nano("1e-400", 1)]
+    fn parses_to_exact_nanos(#[case] text: &str, #[case] expected: i128) {
+        assert_eq!(nanos(text), expected);
+    }
+
+    #[rstest]
+    #[case::empty("", QuantityError::Empty)]
+    #[case::two_dots("1.5.5", QuantityError::Format)]
+    #[case::space_before_suffix("1 Mi", QuantityError::Format)]
+    #[case::leading_space(" 1", QuantityError::Format)]
+    #[case::trailing_space("1 ", QuantityError::Format)]
+    #[case::lower_case_binary("0.1mi", QuantityError::Suffix("mi".into()))]
+    #[case::lonely_i("1i", QuantityError::Suffix("i".into()))]
+    #[case::exponent_without_digits("1e", QuantityError::Suffix("e".into()))]
+    #[case::exponent_sign_without_digits("-3.01e-", QuantityError::Suffix("e-".into()))]
+    #[case::hexadecimal("0x10", QuantityError::Format)]
+    #[case::not_a_number("NaN", QuantityError::Format)]
+    #[case::digits_after_binary_suffix("1Ki5", QuantityError::Suffix("Ki5".into()))]
+    #[case::exponent_beyond_int32("1e2147483648", QuantityError::ExponentRange("e2147483648".into()))]
+    #[case::sign_twice("+-1", QuantityError::Suffix("-1".into()))]
+    #[case::capital_k("1K", QuantityError::Suffix("K".into()))]
+    fn rejects_what_apimachinery_rejects(#[case] text: &str, #[case] error: QuantityError) {
+        assert_eq!(Quantity::parse(text), Err(error));
+    }
+
+    #[rstest]
+    #[case::decimal_and_milli("0.1", "100m")]
+    #[case::gibi_and_bytes("1Gi", "1073741824")]
+    #[case::gibi_and_mebi("1Gi", "1024Mi")]
+    #[case::half_cpu("500m", "0.5")]
+    #[case::exponent_and_kilo("1e3", "1k")]
+    #[case::trailing_zeros("1.000", "1")]
+    #[case::negative_zero("-0", "0")]
+    #[case::suffix_only_and_zero("Mi", "0")]
+    fn equal_values_compare_equal(#[case] a: &str, #[case] b: &str) {
+        assert_eq!(q(a), q(b));
+        assert_eq!(q(a).cmp(&q(b)), Ordering::Equal);
+    }
+
+    #[rstest]
+    #[case::milli_below_floor("99m", "100m")]
+    #[case::mebi_below_floor("31Mi", "32Mi")]
+    #[case::decimal_mega_below_mebi("32M", "32Mi")]
+    #[case::negative_below_zero("-1", "0")]
+    #[case::more_negative("-2", "-1")]
+    #[case::one_nano_above_zero("0", "1n")]
+    #[case::huge_exponent_above_cap("9223372036854775807", "1e400")]
+    #[case::fast_path_is_not_capped("9223372036854775807", "10E")]
+    #[case::close_large_values("123456789012345678e100", "123456789012345679e100")]
+    fn ordered_values_compare_in_order(#[case] smaller: &str, #[case] larger: &str) {
+        assert!(q(smaller) < q(larger), "{smaller} < {larger}");
+        assert!(q(larger) > q(smaller), "{larger} > {smaller}");
+    }
+
+    const SUFFIXES: [(&str, i32, u32); 16] = [
+        ("n", -9, 0),
+        ("u", -6, 0),
+        ("m", -3, 0),
+        ("", 0, 0),
+        ("k", 3, 0),
+        ("M", 6, 0),
+        ("G", 9, 0),
+        ("T", 12, 0),
+        ("P", 15, 0),
+        ("E", 18, 0),
+        ("Ki", 0, 10),
+        ("Mi", 0, 20),
+        ("Gi", 0, 30),
+        ("Ti", 0, 40),
+        ("Pi", 0, 50),
+        ("Ei", 0, 60),
+    ];
+
+    /// The exact value in nanos of `int.frac × suffix`, rounded up, or None above the cap.
+    fn reference_nanos(int: u64, frac: &str, suffix: usize) -> Option<u128> {
+        let (_, ten, two) = SUFFIXES[suffix];
+        let digits = format!("{int}{frac}");
+        let numerator = digits.parse::<u128>().ok()?.checked_mul(1u128 << two)?;
+        let scale = ten + 9 - frac.len() as i32;
+        let value = if scale >= 0 {
+            numerator.checked_mul(10u128.checked_pow(scale as u32)?)?
+        } else {
+            numerator.div_ceil(10u128.pow((-scale) as u32))
+        };
+        Some(value)
+    }
+
+    /// With at most 15 digits, decimal values stay on apimachinery's fast path (never capped);
+    /// binary ones are capped at 2^63 - 1.
+    fn reference_cap(nanos: u128, suffix: usize) -> u128 {
+        if SUFFIXES[suffix].2 == 0 { nanos } else { nanos.min(CAP_NANOS) }
+    }
+
+    proptest! {
+        #[test]
+        fn parse_agrees_with_exact_arithmetic(
+            int in 0u64..1_000_000_000,
+            frac in "[0-9]{0,6}",
+            suffix in 0usize..SUFFIXES.len(),
+        ) {
+            let text = if frac.is_empty() { format!("{int}{}", SUFFIXES[suffix].0) }
+                else { format!("{int}.{frac}{}", SUFFIXES[suffix].0) };
+            if let Some(expected) = reference_nanos(int, &frac, suffix) {
+                let parsed = q(&text).to_nanos().unwrap() as u128;
+                prop_assert_eq!(parsed, reference_cap(expected, suffix), "{}", text);
+            }
+        }
+
+        #[test]
+        fn comparison_agrees_with_exact_arithmetic(
+            a in 0u64..100_000, b in 0u64..100_000,
+            sa in 0usize..SUFFIXES.len(), sb in 0usize..SUFFIXES.len(),
+        ) {
+            let (x, y) = (format!("{a}{}", SUFFIXES[sa].0), format!("{b}{}", SUFFIXES[sb].0));
+            let (ex, ey) = (reference_nanos(a, "", sa).unwrap(), reference_nanos(b, "", sb).unwrap());
+            let (ex, ey) = (reference_cap(ex, sa), reference_cap(ey, sb));
+            prop_assert_eq!(q(&x).cmp(&q(&y)), ex.cmp(&ey), "{} vs {}", x, y);
+        }
+
+        #[test]
+        fn parsing_never_panics(text in "\\PC{0,40}") {
+            let _ = Quantity::parse(&text);
+        }
+
+        #[test]
+        fn parsing_quantity_like_text_never_panics(text in "[-+]?[0-9.]{0,30}[eEinumkKMGTP]{0,3}[-+]?[0-9]{0,12}") {
+            let _ = Quantity::parse(&text);
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Names, labels and selectors of dstack's jump pod: the one place that defines them.
+//!
+//! dstack #3891 moved the jump pod from a bare pod labelled only with
+//! `app.kubernetes.io/name=<pod name>` to a ReplicaSet whose pods carry the current labels.
+//! Clusters run both schemas side by side, so both are described here.
+
+use std::collections::BTreeMap;
+
+pub const NAME_LABEL: &str = "app.kubernetes.io/name";
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const PROJECT_LABEL: &str = "k8s.dstack.ai/project";
+
+/// `app.kubernetes.io/name` of every current jump pod.
+pub const APP_NAME: &str = "dstack-ssh-proxy";
+pub const MANAGED_BY: &str = "dstack";
+pub const JUMP_POD_SUFFIX: &str = "-ssh-jump-pod";
+/// Releases before the prefix named the pod `<project>-ssh-jump-pod`.
+pub const NAME_PREFIX: &str = "dstack-";
+pub const SSH_PORT: i32 = 22;
+pub const DEFAULT_IMAGE: &str = "testcontainers/sshd:1.3.0@sha256:c50c0f59554dcdb2d9e5e705112144428ae9d04ac0af6322b365a18e24213a6a";
+
+/// Which label schema a jump pod (or a pod template) follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schema {
+    /// `app.kubernetes.io/name=dstack-ssh-proxy` (dstack #3891 and later).
+    Current,
+    /// `app.kubernetes.io/name=<its own name>`, the name ending in `-ssh-jump-pod`.
+    Legacy,
+}
+
+/// Decides from metadata alone whether an object is a jump pod, and of which schema:
+/// `app` is its `app.kubernetes.io/name` label, `name` the pod's own name (for a template:
+/// the template's, else its owner's).
+pub fn classify(app: Option<&str>, name: Option<&str>) -> Option<Schema> {
+    let app = app?;
+    if app == APP_NAME {
+        Some(Schema::Current)
+    } else if Some(app) == name && app.ends_with(JUMP_POD_SUFFIX) {
+        Some(Schema::Legacy)
+    } else {
+        None
+    }
+}
+
+/// `dstack-<project>-ssh-jump-pod`.
+pub fn jump_pod_name(project: &str) -> String {
+    format!("{NAME_PREFIX}{project}{JUMP_POD_SUFFIX}")
+}
+
+/// The project a jump pod's name stands for: `dstack-<project>-ssh-jump-pod`, or
+/// `<project>-ssh-jump-pod` from releases before the prefix.
+pub fn project_of(jump_pod_name: &str) -> Option<&str> {
+    let stem = jump_pod_name.strip_suffix(JUMP_POD_SUFFIX)?;
+    let project = stem.strip_prefix(NAME_PREFIX).unwrap_or(stem);
+    (!project.is_empty()).then_some(project)
+}
+
+pub fn container_name(jump_pod_name: &str) -> String {
+    format!("{jump_pod_name}-container")
+}
+
+pub fn service_name(jump_pod_name: &str) -> String {
+    format!("{jump_pod_name}-service")
+}
+
+/// The labels every current jump pod carries (and the ReplicaSet template sets).
+pub fn current_labels(jump_pod_name: &str, project: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME_LABEL.to_owned(), APP_NAME.to_owned()),
+        (INSTANCE_LABEL.to_owned(), jump_pod_name.to_owned()),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+        (PROJECT_LABEL.to_owned(), project.to_owned()),
+    ])
+}
+
+/// Selector of the ReplicaSet and of the current Service.
+pub fn current_selector(jump_pod_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(INSTANCE_LABEL.to_owned(), jump_pod_name.to_owned())])
+}
+
+/// Selector of a pre-#3891 Service.
+pub fn legacy_selector(jump_pod_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(NAME_LABEL.to_owned(), jump_pod_name.to_owned())])
+}
+
+/// Why a string cannot be a label value (Kubernetes: at most 63 characters, alphanumerics,
+/// `-`, `_` and `.`, starting and ending with an alphanumeric), or None when it can.
+pub fn label_value_problem(value: &str) -> Option<&'static str> {
+    let bytes = value.as_bytes();
+    if bytes.len() > 63 {
+        return Some("must be no more than 63 characters");
+    }
+    let inner_ok = bytes
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    let ends_ok = bytes.first().is_none_or(u8::is_ascii_alphanumeric)
+        && bytes.last().is_none_or(u8::is_ascii_alphanumeric);
+    (!inner_ok || !ends_ok).then_some(
+        "a label value must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[rstest]
+    #[case::current_labels_make_a_current_jump_pod(
+        &[(NAME_LABEL, APP_NAME)], Some("dstack-p-ssh-jump-pod-x7k2q"), Some(Schema::Current))]
+    #[case::name_label_equal_to_own_name_makes_a_legacy_jump_pod(
+        &[(NAME_LABEL, "dstack-p-ssh-jump-pod")], Some("dstack-p-ssh-jump-pod"), Some(Schema::Legacy))]
+    #[case::unprefixed_legacy_name_is_a_legacy_jump_pod(
+        &[(NAME_LABEL, "p-ssh-jump-pod")], Some("p-ssh-jump-pod"), Some(Schema::Legacy))]
+    #[case::name_label_of_another_pod_is_not_a_jump_pod(
+        &[(NAME_LABEL, "dstack-p-ssh-jump-pod")], Some("impostor"), None)]
+    #[case::own_name_without_the_suffix_is_not_a_jump_pod(
+        &[(NAME_LABEL, "nginx")], Some("nginx"), None)]
+    #[case::no_name_label_is_not_a_jump_pod(&[("app", "x")], Some("x"), None)]
+    fn classifies_from_metadata(
+        #[case] pairs: &[(&str, &str)],
+        #[case] name: Option<&str>,
+        #[case] expected: Option<Schema>,
+    ) {
+        let labels = labels(pairs);
+        assert_eq!(classify(labels.get(NAME_LABEL).map(String::as_str), name), expected);
+    }
+
+    #[rstest]
+    #[case::prefixed("dstack-main-ssh-jump-pod", Some("main"))]
+    #[case::unprefixed("main-ssh-jump-pod", Some("main"))]
+    #[case::not_a_jump_pod("main", None)]
+    #[case::empty_project("dstack--ssh-jump-pod", None)]
+    fn finds_the_project_in_a_name(#[case] name: &str, #[case] project: Option<&str>) {
+        assert_eq!(project_of(name), project);
+    }
+
+    #[test]
+    fn names_follow_dstack() {
+        let name = jump_pod_name("main");
+        assert_eq!(name, "dstack-main-ssh-jump-pod");
+        assert_eq!(service_name(&name), "dstack-main-ssh-jump-pod-service");
+        assert_eq!(
+            container_name(&name),
+            "dstack-main-ssh-jump-pod-container"
+        );
+        assert_eq!(current_labels(&name, "main").len(), 4);
+    }
+
+    #[rstest]
+    #[case::ordinary("dstack-main-ssh-jump-pod", true)]
+    #[case::empty("", true)]
+    #[case::sixty_four_characters(&"a".repeat(64), false)]
+    #[case::leading_dash("-a", false)]
+    #[case::slash("a/b", false)]
+    fn checks_label_values(#[case] value: &str, #[case] valid: bool) {
+        assert_eq!(label_value_problem(value).is_none(), valid);
+    }
+}
