@@ -14,10 +14,17 @@ fn pod(name: &str, labels: serde_json::Value) -> Pod {
         "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}))
 }
 
-fn rs(name: &str, selector: serde_json::Value, labels: serde_json::Value, restart: &str) -> ReplicaSet {
-    typed(json!({"metadata": {"name": name}, "spec": {"replicas": 1, "selector": {"matchLabels": selector},
+fn rs(
+    name: &str,
+    selector: serde_json::Value,
+    labels: serde_json::Value,
+    restart: &str,
+) -> ReplicaSet {
+    typed(
+        json!({"metadata": {"name": name}, "spec": {"replicas": 1, "selector": {"matchLabels": selector},
         "template": {"metadata": {"labels": labels},
-            "spec": {"restartPolicy": restart, "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}))
+            "spec": {"restartPolicy": restart, "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}),
+    )
 }
 
 // Create fills uid, resourceVersion and creationTimestamp; get, replace and delete round-trip.
@@ -25,13 +32,29 @@ fn rs(name: &str, selector: serde_json::Value, labels: serde_json::Value, restar
 async fn crud_round_trip() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
-    let created = pods.create(&PostParams::default(), &pod("a", json!({"app": "x"}))).await.unwrap();
+    let created = pods
+        .create(&PostParams::default(), &pod("a", json!({"app": "x"})))
+        .await
+        .unwrap();
     assert!(created.metadata.uid.is_some());
     assert!(created.metadata.creation_timestamp.is_some());
-    let rv1: u64 = created.metadata.resource_version.clone().unwrap().parse().unwrap();
+    let rv1: u64 = created
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
     let mut got = pods.get("a").await.unwrap();
-    got.metadata.labels.as_mut().unwrap().insert("b".into(), "c".into());
-    let replaced = pods.replace("a", &PostParams::default(), &got).await.unwrap();
+    got.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("b".into(), "c".into());
+    let replaced = pods
+        .replace("a", &PostParams::default(), &got)
+        .await
+        .unwrap();
     let rv2: u64 = replaced.metadata.resource_version.unwrap().parse().unwrap();
     assert!(rv2 > rv1);
     let list = pods.list(&ListParams::default()).await.unwrap();
@@ -47,7 +70,13 @@ async fn crud_round_trip() {
 #[tokio::test(flavor = "multi_thread")]
 async fn not_found_status_shape() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let (code, body) = raw(&sim, "admin", "GET", "/api/v1/namespaces/default/pods/x", None);
+    let (code, body) = raw(
+        &sim,
+        "admin",
+        "GET",
+        "/api/v1/namespaces/default/pods/x",
+        None,
+    );
     assert_eq!(code, 404);
     assert_eq!(
         body,
@@ -70,9 +99,18 @@ async fn already_exists_names_group() {
     assert_eq!(s.reason, "AlreadyExists");
     assert_eq!(s.code, 409);
     assert_eq!(s.message, "replicasets.apps \"x\" already exists");
-    let (code, body) = raw(&sim, "admin", "POST", "/apis/apps/v1/namespaces/default/replicasets", Some(&json!(r)));
+    let (code, body) = raw(
+        &sim,
+        "admin",
+        "POST",
+        "/apis/apps/v1/namespaces/default/replicasets",
+        Some(&json!(r)),
+    );
     assert_eq!(code, 409);
-    assert_eq!(body["details"], json!({"name": "x", "group": "apps", "kind": "replicasets"}));
+    assert_eq!(
+        body["details"],
+        json!({"name": "x", "group": "apps", "kind": "replicasets"})
+    );
 }
 
 // A replace carrying a stale resourceVersion is 409 Conflict with the API server's wording.
@@ -80,10 +118,17 @@ async fn already_exists_names_group() {
 async fn stale_replace_conflicts() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
-    let p = pods.create(&PostParams::default(), &pod("x", json!({}))).await.unwrap();
-    pods.patch("x", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"v": "1"}}})))
+    let p = pods
+        .create(&PostParams::default(), &pod("x", json!({})))
         .await
         .unwrap();
+    pods.patch(
+        "x",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"v": "1"}}})),
+    )
+    .await
+    .unwrap();
     let s = status(pods.replace("x", &PostParams::default(), &p).await);
     assert_eq!(s.reason, "Conflict");
     assert_eq!(
@@ -97,8 +142,14 @@ async fn stale_replace_conflicts() {
 async fn missing_namespace_is_not_found() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client(&sim).await, "ghost");
-    let s = status(pods.create(&PostParams::default(), &pod("x", json!({}))).await);
-    assert_eq!((s.reason.as_str(), s.message.as_str()), ("NotFound", "namespaces \"ghost\" not found"));
+    let s = status(
+        pods.create(&PostParams::default(), &pod("x", json!({})))
+            .await,
+    );
+    assert_eq!(
+        (s.reason.as_str(), s.message.as_str()),
+        ("NotFound", "namespaces \"ghost\" not found")
+    );
 }
 
 // Object names must be DNS-1123 subdomains (422 Invalid).
@@ -106,7 +157,10 @@ async fn missing_namespace_is_not_found() {
 async fn bad_name_is_invalid() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
-    let s = status(pods.create(&PostParams::default(), &pod("Bad_Name", json!({}))).await);
+    let s = status(
+        pods.create(&PostParams::default(), &pod("Bad_Name", json!({})))
+            .await,
+    );
     assert_eq!((s.reason.as_str(), s.code), ("Invalid", 422));
     assert!(s.message.starts_with("Pod \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"));
 }
@@ -119,13 +173,30 @@ async fn generate_name() {
     let mut p = pod("", json!({}));
     p.metadata.name = None;
     p.metadata.generate_name = Some("job-".into());
-    let a = pods.create(&PostParams::default(), &p).await.unwrap().metadata.name.unwrap();
-    let b = pods.create(&PostParams::default(), &p).await.unwrap().metadata.name.unwrap();
+    let a = pods
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap()
+        .metadata
+        .name
+        .unwrap();
+    let b = pods
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap()
+        .metadata
+        .name
+        .unwrap();
     assert_ne!(a, b);
     for n in [a, b] {
         let suffix = n.strip_prefix("job-").unwrap();
         assert_eq!(suffix.len(), 5);
-        assert!(suffix.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)), "{n}");
+        assert!(
+            suffix
+                .chars()
+                .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
+            "{n}"
+        );
     }
 }
 
@@ -140,14 +211,26 @@ async fn label_and_field_selectors() {
         ("c", json!({"app": "db"})),
         ("d", json!({})),
     ] {
-        pods.create(&PostParams::default(), &pod(n, l)).await.unwrap();
+        pods.create(&PostParams::default(), &pod(n, l))
+            .await
+            .unwrap();
     }
     let names = |sel: &'static str, field: bool| {
         let pods = pods.clone();
         async move {
-            let lp = if field { ListParams::default().fields(sel) } else { ListParams::default().labels(sel) };
-            let mut v: Vec<String> =
-                pods.list(&lp).await.unwrap().items.into_iter().map(|p| p.metadata.name.unwrap()).collect();
+            let lp = if field {
+                ListParams::default().fields(sel)
+            } else {
+                ListParams::default().labels(sel)
+            };
+            let mut v: Vec<String> = pods
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .map(|p| p.metadata.name.unwrap())
+                .collect();
             v.sort();
             v.join(",")
         }
@@ -161,9 +244,19 @@ async fn label_and_field_selectors() {
     assert_eq!(names("!tier", false).await, "c,d");
     assert_eq!(names("app=web,tier!=front", false).await, "b");
     assert_eq!(names("metadata.name=c", true).await, "c");
-    assert_eq!(names("metadata.namespace=default,metadata.name!=a", true).await, "b,c,d");
+    assert_eq!(
+        names("metadata.namespace=default,metadata.name!=a", true).await,
+        "b,c,d"
+    );
     let all: Api<Pod> = Api::all(client(&sim).await);
-    assert_eq!(all.list(&ListParams::default().labels("app=db")).await.unwrap().items.len(), 1);
+    assert_eq!(
+        all.list(&ListParams::default().labels("app=db"))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
 }
 
 fn svc(name: &str, node_port: Option<i64>) -> Service {
@@ -171,7 +264,9 @@ fn svc(name: &str, node_port: Option<i64>) -> Service {
     if let Some(np) = node_port {
         port["nodePort"] = json!(np);
     }
-    typed(json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "selector": {"app": name}, "ports": [port]}}))
+    typed(
+        json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "selector": {"app": name}, "ports": [port]}}),
+    )
 }
 
 // NodePorts: range 30000-32767, unique cluster-wide, allocated when absent, released on delete.
@@ -180,26 +275,49 @@ async fn node_ports() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let c = client(&sim).await;
     let svcs: Api<Service> = Api::namespaced(c.clone(), "default");
-    let s = status(svcs.create(&PostParams::default(), &svc("low", Some(29999))).await);
+    let s = status(
+        svcs.create(&PostParams::default(), &svc("low", Some(29999)))
+            .await,
+    );
     assert_eq!(s.reason, "Invalid");
     assert_eq!(
         s.message,
         "Service \"low\" is invalid: spec.ports[0].nodePort: Invalid value: 29999: provided port is not in the valid range. The range of valid ports is 30000-32767"
     );
-    let a = svcs.create(&PostParams::default(), &svc("a", Some(30022))).await.unwrap();
-    assert!(a.spec.as_ref().unwrap().cluster_ip.as_deref().is_some_and(|ip| ip.starts_with("10.96.")));
+    let a = svcs
+        .create(&PostParams::default(), &svc("a", Some(30022)))
+        .await
+        .unwrap();
+    assert!(
+        a.spec
+            .as_ref()
+            .unwrap()
+            .cluster_ip
+            .as_deref()
+            .is_some_and(|ip| ip.starts_with("10.96."))
+    );
     namespace(&sim, "other");
     let other: Api<Service> = Api::namespaced(c, "other");
-    let s = status(other.create(&PostParams::default(), &svc("b", Some(30022))).await);
+    let s = status(
+        other
+            .create(&PostParams::default(), &svc("b", Some(30022)))
+            .await,
+    );
     assert_eq!(
         s.message,
         "Service \"b\" is invalid: spec.ports[0].nodePort: Invalid value: 30022: provided port is already allocated"
     );
-    let auto = other.create(&PostParams::default(), &svc("auto", None)).await.unwrap();
+    let auto = other
+        .create(&PostParams::default(), &svc("auto", None))
+        .await
+        .unwrap();
     let np = auto.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
     assert!((30000..=32767).contains(&np) && np != 30022);
     svcs.delete("a", &DeleteParams::default()).await.unwrap();
-    other.create(&PostParams::default(), &svc("b", Some(30022))).await.unwrap();
+    other
+        .create(&PostParams::default(), &svc("b", Some(30022)))
+        .await
+        .unwrap();
 }
 
 // A ReplicaSet whose selector does not match its template labels is 422 Invalid.
@@ -207,15 +325,39 @@ async fn node_ports() {
 async fn replicaset_selector_mismatch() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let api: Api<ReplicaSet> = Api::namespaced(client(&sim).await, "default");
-    let s = status(api.create(&PostParams::default(), &rs("x", json!({"app": "x"}), json!({"app": "y", "b": "c"}), "Always")).await);
+    let s = status(
+        api.create(
+            &PostParams::default(),
+            &rs(
+                "x",
+                json!({"app": "x"}),
+                json!({"app": "y", "b": "c"}),
+                "Always",
+            ),
+        )
+        .await,
+    );
     assert_eq!((s.reason.as_str(), s.code), ("Invalid", 422));
     assert_eq!(
         s.message,
         "ReplicaSet.apps \"x\" is invalid: spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"y\", \"b\":\"c\"}: `selector` does not match template `labels`"
     );
-    let (_, body) = raw(&sim, "admin", "POST", "/apis/apps/v1/namespaces/default/replicasets",
-        Some(&json!(rs("x", json!({"app": "x"}), json!({"app": "y"}), "Always"))));
-    assert_eq!(body["details"]["causes"][0]["field"], "spec.template.metadata.labels");
+    let (_, body) = raw(
+        &sim,
+        "admin",
+        "POST",
+        "/apis/apps/v1/namespaces/default/replicasets",
+        Some(&json!(rs(
+            "x",
+            json!({"app": "x"}),
+            json!({"app": "y"}),
+            "Always"
+        ))),
+    );
+    assert_eq!(
+        body["details"]["causes"][0]["field"],
+        "spec.template.metadata.labels"
+    );
     assert_eq!(body["details"]["causes"][0]["reason"], "FieldValueInvalid");
 }
 
@@ -224,7 +366,13 @@ async fn replicaset_selector_mismatch() {
 async fn replicaset_restart_policy() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let api: Api<ReplicaSet> = Api::namespaced(client(&sim).await, "default");
-    let s = status(api.create(&PostParams::default(), &rs("x", json!({"app": "x"}), json!({"app": "x"}), "Never")).await);
+    let s = status(
+        api.create(
+            &PostParams::default(),
+            &rs("x", json!({"app": "x"}), json!({"app": "x"}), "Never"),
+        )
+        .await,
+    );
     assert_eq!(
         s.message,
         "ReplicaSet.apps \"x\" is invalid: spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\""
@@ -237,9 +385,20 @@ async fn label_values_validated() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
     let long = "a".repeat(64);
-    let s = status(pods.create(&PostParams::default(), &pod("x", json!({"k": long}))).await);
-    assert_eq!(s.message, format!("Pod \"x\" is invalid: metadata.labels: Invalid value: \"{long}\": must be no more than 63 characters"));
-    let s = status(pods.create(&PostParams::default(), &pod("x", json!({"k": "-bad"}))).await);
+    let s = status(
+        pods.create(&PostParams::default(), &pod("x", json!({"k": long})))
+            .await,
+    );
+    assert_eq!(
+        s.message,
+        format!(
+            "Pod \"x\" is invalid: metadata.labels: Invalid value: \"{long}\": must be no more than 63 characters"
+        )
+    );
+    let s = status(
+        pods.create(&PostParams::default(), &pod("x", json!({"k": "-bad"})))
+            .await,
+    );
     assert_eq!(
         s.message,
         "Pod \"x\" is invalid: metadata.labels: Invalid value: \"-bad\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
@@ -251,21 +410,60 @@ async fn label_values_validated() {
 async fn patch_kinds() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
-    pods.create(&PostParams::default(), &pod("x", json!({"a": "1"}))).await.unwrap();
+    pods.create(&PostParams::default(), &pod("x", json!({"a": "1"})))
+        .await
+        .unwrap();
     let pp = PatchParams::default();
-    pods.patch("x", &pp, &Patch::Merge(json!({"metadata": {"labels": {"b": "2"}}}))).await.unwrap();
-    pods.patch("x", &pp, &Patch::Strategic(json!({"metadata": {"labels": {"a": null}}}))).await.unwrap();
-    let jp: json_patch::Patch = serde_json::from_value(json!([{"op": "add", "path": "/metadata/labels/c", "value": "3"}])).unwrap();
-    let p = pods.patch("x", &pp, &Patch::Json::<()>(jp)).await.unwrap();
-    assert_eq!(p.metadata.labels.unwrap(), [("b".to_string(), "2".to_string()), ("c".into(), "3".into())].into());
+    pods.patch(
+        "x",
+        &pp,
+        &Patch::Merge(json!({"metadata": {"labels": {"b": "2"}}})),
+    )
+    .await
+    .unwrap();
+    pods.patch(
+        "x",
+        &pp,
+        &Patch::Strategic(json!({"metadata": {"labels": {"a": null}}})),
+    )
+    .await
+    .unwrap();
+    let jp = json!([{"op": "add", "path": "/metadata/labels/c", "value": "3"}]);
+    let (code, _) = raw_with(
+        &sim,
+        "admin",
+        "PATCH",
+        "/api/v1/namespaces/default/pods/x",
+        "application/json-patch+json",
+        Some(&jp),
+    );
+    assert_eq!(code, 200);
+    let p = pods.get("x").await.unwrap();
+    assert_eq!(
+        p.metadata.labels.unwrap(),
+        [("b".to_string(), "2".to_string()), ("c".into(), "3".into())].into()
+    );
     let apply = PatchParams::apply("test");
     let created = pods
-        .patch("y", &apply, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "y"},
-            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}})))
+        .patch(
+            "y",
+            &apply,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "y"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}),
+            ),
+        )
         .await
         .unwrap();
     assert_eq!(created.metadata.name.as_deref(), Some("y"));
-    let s = status(pods.patch("x", &pp, &Patch::Merge(json!({"metadata": {"resourceVersion": "1"}}))).await);
+    let s = status(
+        pods.patch(
+            "x",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"resourceVersion": "1"}})),
+        )
+        .await,
+    );
     assert_eq!(s.reason, "Conflict");
 }
 
@@ -275,16 +473,38 @@ async fn defaulting_and_qos() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
     let mk = |name: &str, resources: serde_json::Value| -> Pod {
-        typed(json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}}))
+        typed(
+            json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}}),
+        )
     };
-    let g = pods.create(&PostParams::default(), &mk("g", json!({"limits": {"cpu": "500m", "memory": "128Mi"}}))).await.unwrap();
-    let req = g.spec.unwrap().containers[0].resources.clone().unwrap().requests.unwrap();
+    let g = pods
+        .create(
+            &PostParams::default(),
+            &mk("g", json!({"limits": {"cpu": "500m", "memory": "128Mi"}})),
+        )
+        .await
+        .unwrap();
+    let req = g.spec.unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap()
+        .requests
+        .unwrap();
     assert_eq!(req["cpu"].0, "500m");
     assert_eq!(req["memory"].0, "128Mi");
     assert_eq!(g.status.unwrap().qos_class.as_deref(), Some("Guaranteed"));
-    let b = pods.create(&PostParams::default(), &mk("b", json!({"requests": {"cpu": "100m"}}))).await.unwrap();
+    let b = pods
+        .create(
+            &PostParams::default(),
+            &mk("b", json!({"requests": {"cpu": "100m"}})),
+        )
+        .await
+        .unwrap();
     assert_eq!(b.status.unwrap().qos_class.as_deref(), Some("Burstable"));
-    let e = pods.create(&PostParams::default(), &mk("e", json!({}))).await.unwrap();
+    let e = pods
+        .create(&PostParams::default(), &mk("e", json!({})))
+        .await
+        .unwrap();
     assert_eq!(e.status.unwrap().qos_class.as_deref(), Some("BestEffort"));
 }
 
@@ -292,7 +512,13 @@ async fn defaulting_and_qos() {
 #[tokio::test(flavor = "multi_thread")]
 async fn watch_is_refused() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let (code, body) = raw(&sim, "admin", "GET", "/api/v1/namespaces/default/pods?watch=1", None);
+    let (code, body) = raw(
+        &sim,
+        "admin",
+        "GET",
+        "/api/v1/namespaces/default/pods?watch=1",
+        None,
+    );
     assert_eq!(code, 405);
     assert_eq!(body["reason"], "MethodNotAllowed");
 }
@@ -303,10 +529,22 @@ async fn namespace_delete_cascades() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let c = client(&sim).await;
     let nss: Api<Namespace> = Api::all(c.clone());
-    nss.create(&PostParams::default(), &typed(json!({"metadata": {"name": "team"}}))).await.unwrap();
+    nss.create(
+        &PostParams::default(),
+        &typed(json!({"metadata": {"name": "team"}})),
+    )
+    .await
+    .unwrap();
     let pods: Api<Pod> = Api::namespaced(c, "team");
-    pods.create(&PostParams::default(), &pod("x", json!({}))).await.unwrap();
-    let ns = nss.delete("team", &DeleteParams::default()).await.unwrap().left().unwrap();
+    pods.create(&PostParams::default(), &pod("x", json!({})))
+        .await
+        .unwrap();
+    let ns = nss
+        .delete("team", &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .unwrap();
     assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
     assert!(sim.list("pods", Some("team")).is_empty());
 }
@@ -318,9 +556,15 @@ async fn seed_and_accessors() {
     let seeded = sim.seed(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "default"},
         "spec": {"type": "NodePort", "ports": [{"port": 22, "nodePort": 31000}]}, "status": {"loadBalancer": {"x": 1}}}));
     assert!(seeded["metadata"]["uid"].is_string());
-    assert_eq!(sim.get("services", Some("default"), "s").unwrap()["status"]["loadBalancer"]["x"], 1);
+    assert_eq!(
+        sim.get("services", Some("default"), "s").unwrap()["status"]["loadBalancer"]["x"],
+        1
+    );
     assert_eq!(sim.list("nodes", None).len(), 3);
     let svcs: Api<Service> = Api::namespaced(client(&sim).await, "default");
-    let s = status(svcs.create(&PostParams::default(), &svc("t", Some(31000))).await);
+    let s = status(
+        svcs.create(&PostParams::default(), &svc("t", Some(31000)))
+            .await,
+    );
     assert!(s.message.ends_with("provided port is already allocated"));
 }

@@ -24,7 +24,9 @@ pub async fn raw_client(sim: &Sim, read_timeout: Option<Duration>) -> kube::Clie
 
 async fn build(path: &Path, retry: bool, read_timeout: Option<Duration>) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
     cfg.default_retry = retry;
     if read_timeout.is_some() {
         cfg.read_timeout = read_timeout;
@@ -42,10 +44,22 @@ pub fn status<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> Box<kube::core::
 
 /// One raw HTTP/1.1 exchange as `token`; returns the status code and the JSON body.
 pub fn raw(sim: &Sim, token: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    raw_with(sim, token, method, path, "application/json", body)
+}
+
+/// [`raw`] with a content type.
+pub fn raw_with(
+    sim: &Sim,
+    token: &str,
+    method: &str,
+    path: &str,
+    ctype: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
     let mut s = std::net::TcpStream::connect(sim.addr()).expect("connect");
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sim\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: sim\r\nAuthorization: Bearer {token}\r\nContent-Type: {ctype}\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
@@ -64,5 +78,10 @@ pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
 
 /// A namespace for a test.
 pub fn namespace(sim: &Sim, name: &str) {
-    sim.create("namespaces", None, serde_json::json!({"metadata": {"name": name}})).expect("namespace");
+    sim.create(
+        "namespaces",
+        None,
+        serde_json::json!({"metadata": {"name": name}}),
+    )
+    .expect("namespace");
 }
