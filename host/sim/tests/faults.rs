@@ -1,0 +1,161 @@
+//! Fidelity tests of injected faults and the request log, seen through the real kube client.
+
+mod common;
+
+use common::*;
+use jumppod_sim::{Fault, Sim, SimConfig};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use std::time::Duration;
+
+fn pod(name: &str) -> Pod {
+    typed(
+        json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+    )
+}
+
+// 429 carries Retry-After and reason TooManyRequests; kube's default retry policy tries again and succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn too_many_requests() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    sim.inject(Fault::status("GET", "/pods", 429, 1));
+    let plain: Api<Pod> = Api::namespaced(raw_client(&sim, None).await, "default");
+    let s = status(plain.list(&ListParams::default()).await);
+    assert_eq!((s.code, s.reason.as_str()), (429, "TooManyRequests"));
+    sim.inject(Fault::status("GET", "/pods", 429, 1));
+    sim.clear_requests();
+    let retrying: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    retrying.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        sim.count(|r| r.path.ends_with("/pods") && r.status == 429),
+        1
+    );
+    assert_eq!(
+        sim.count(|r| r.path.ends_with("/pods") && r.status == 200),
+        1
+    );
+}
+
+// 500 and 503 are Status errors with InternalError / ServiceUnavailable; an injected failure means the request did not happen.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_errors_before_processing() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(raw_client(&sim, None).await, "default");
+    sim.inject(Fault::status("POST", "/pods", 500, 1));
+    let s = status(pods.create(&PostParams::default(), &pod("a")).await);
+    assert_eq!((s.code, s.reason.as_str()), (500, "InternalError"));
+    sim.inject(Fault::status("POST", "/pods", 503, 1));
+    let s = status(pods.create(&PostParams::default(), &pod("a")).await);
+    assert_eq!((s.code, s.reason.as_str()), (503, "ServiceUnavailable"));
+    assert!(sim.get("pods", Some("default"), "a").is_none());
+    pods.create(&PostParams::default(), &pod("a"))
+        .await
+        .unwrap();
+}
+
+// A 503 answered twice is retried by kube's default client until it gets through.
+#[tokio::test(flavor = "multi_thread")]
+async fn unavailable_is_retried_by_default_client() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    sim.inject(Fault::status("", "/namespaces/default/pods", 503, 2));
+    pods.create(&PostParams::default(), &pod("a"))
+        .await
+        .unwrap();
+    assert_eq!(sim.count(|r| r.method == "POST" && r.status == 503), 2);
+    assert_eq!(sim.count(|r| r.method == "POST" && r.status == 201), 1);
+}
+
+// "After" faults apply the request and still fail: a retried create then meets AlreadyExists.
+#[tokio::test(flavor = "multi_thread")]
+async fn failure_after_applying() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(raw_client(&sim, None).await, "default");
+    sim.inject(Fault::status_after("POST", "/pods", 500, 1));
+    assert_eq!(
+        status(pods.create(&PostParams::default(), &pod("a")).await).code,
+        500
+    );
+    assert!(sim.get("pods", Some("default"), "a").is_some());
+    assert_eq!(
+        status(pods.create(&PostParams::default(), &pod("a")).await).reason,
+        "AlreadyExists"
+    );
+}
+
+// Injected 403 and 409 carry reasons Forbidden and Conflict.
+#[tokio::test(flavor = "multi_thread")]
+async fn forbidden_and_conflict() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(raw_client(&sim, None).await, "default");
+    sim.inject(Fault::status("GET", "", 403, 1));
+    assert_eq!(status(pods.get("x").await).reason, "Forbidden");
+    sim.inject(Fault::status("GET", "", 409, 1));
+    assert_eq!(status(pods.get("x").await).reason, "Conflict");
+    assert_eq!(status(pods.get("x").await).reason, "NotFound");
+}
+
+// A stall longer than the client's read timeout makes the call fail; a hang never answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn stall_and_hang_hit_the_read_timeout() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(
+        raw_client(&sim, Some(Duration::from_millis(100))).await,
+        "default",
+    );
+    sim.inject(Fault::stall("GET", "/pods", Duration::from_millis(1500), 1));
+    let r = pods.list(&ListParams::default()).await;
+    assert!(
+        r.is_err() && !matches!(r, Err(kube::Error::Api(_))),
+        "{r:?}"
+    );
+    sim.inject(Fault::hang("GET", "/pods", 1));
+    let r = pods.list(&ListParams::default()).await;
+    assert!(
+        r.is_err() && !matches!(r, Err(kube::Error::Api(_))),
+        "{r:?}"
+    );
+    pods.list(&ListParams::default()).await.unwrap();
+}
+
+// A dropped connection is a transport error, not an API error; the request did not happen.
+#[tokio::test(flavor = "multi_thread")]
+async fn dropped_connection() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(raw_client(&sim, None).await, "default");
+    sim.inject(Fault::drop_connection("POST", "/pods", 1));
+    let r = pods.create(&PostParams::default(), &pod("a")).await;
+    assert!(
+        r.is_err() && !matches!(r, Err(kube::Error::Api(_))),
+        "{r:?}"
+    );
+    assert!(sim.get("pods", Some("default"), "a").is_none());
+    assert_eq!(sim.count(|r| r.method == "POST" && r.status == 0), 1);
+}
+
+// The request log records method, path, query, status and user of every request.
+#[tokio::test(flavor = "multi_thread")]
+async fn request_log() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    sim.clear_requests();
+    pods.create(&PostParams::default(), &pod("a"))
+        .await
+        .unwrap();
+    pods.list(&ListParams::default().labels("app=x"))
+        .await
+        .unwrap();
+    let _ = pods.get("nope").await;
+    let log = sim.requests();
+    assert_eq!(log.len(), 3);
+    assert_eq!(
+        (log[0].method.as_str(), log[0].path.as_str(), log[0].status),
+        ("POST", "/api/v1/namespaces/default/pods", 201)
+    );
+    assert!(log[1].query.contains("labelSelector=app%3Dx"));
+    assert_eq!(log[2].status, 404);
+    assert!(log.iter().all(|r| r.user == "admin"));
+    sim.clear_requests();
+    assert!(sim.requests().is_empty());
+}
