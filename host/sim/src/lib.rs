@@ -391,7 +391,7 @@ fn kubeconfig_json(url: &str, user: &str) -> String {
         "apiVersion": "v1", "kind": "Config", "current-context": "sim", "preferences": {},
         "clusters": [{"name": "sim", "cluster": {"server": url}}],
         "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": user, "namespace": "default"}}],
-        "users": [{"name": user, "user": {"token": user}}],
+        "users": [{"name": user, "user": {"token": user, "as": user}}],
     });
     serde_json::to_string_pretty(&cfg).unwrap_or_default()
 }

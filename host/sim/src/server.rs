@@ -130,6 +130,14 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Resp, DropC
                 .or_else(|| v.strip_prefix("bearer "))
         })
         .map(|t| t.trim().to_string())
+        .or_else(|| {
+            // kubectl (client-go) sends no bearer token over plain HTTP, but it does send the
+            // impersonation header the kubeconfig's `as` asks for.
+            req.headers()
+                .get("impersonate-user")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        })
         .unwrap_or_else(|| "system:anonymous".to_string());
     let content_type = req
         .headers()
