@@ -381,16 +381,35 @@ fn tolerates(pod: &Value, taint: &Value) -> bool {
 }
 
 fn schedule(st: &mut State) {
-    let pending: Vec<Value> = st
-        .iter("pods", None)
-        .filter(|p| p.pointer("/spec/nodeName").is_none() && phase(p) == "Pending" && is_active(p))
-        .cloned()
-        .collect();
+    let wants =
+        |p: &Value| p.pointer("/spec/nodeName").is_none() && phase(p) == "Pending" && is_active(p);
+    let queue = std::mem::take(&mut st.sched_queue);
+    let pending: Vec<Value> = if std::mem::take(&mut st.capacity_changed) {
+        st.iter("pods", None)
+            .filter(|p| wants(p))
+            .cloned()
+            .collect()
+    } else {
+        queue
+            .iter()
+            .filter_map(|(ns, n)| st.get("pods", Some(ns), n))
+            .filter(|p| wants(p))
+            .cloned()
+            .collect()
+    };
     if pending.is_empty() {
         return;
     }
     let nodes: Vec<Value> = st.iter("nodes", None).cloned().collect();
-    // Requests in use per node.
+    let mut used = st.used_cache.take().unwrap_or_else(|| used_per_node(st));
+    schedule_pods(st, pending, &nodes, &mut used);
+    if !st.capacity_changed && st.used_cache.is_none() {
+        st.used_cache = Some(used);
+    }
+}
+
+/// Requests in use per node (plus a `pods` count), over non-terminated pods.
+fn used_per_node(st: &State) -> BTreeMap<String, BTreeMap<String, i128>> {
     let mut used: BTreeMap<String, BTreeMap<String, i128>> = BTreeMap::new();
     for p in st.iter("pods", None) {
         if let Some(n) = p.pointer("/spec/nodeName").and_then(Value::as_str)
@@ -403,12 +422,21 @@ fn schedule(st: &mut State) {
             *u.entry("pods".into()).or_insert(0) += 1;
         }
     }
+    used
+}
+
+fn schedule_pods(
+    st: &mut State,
+    pending: Vec<Value>,
+    nodes: &[Value],
+    used: &mut BTreeMap<String, BTreeMap<String, i128>>,
+) {
     let pods = pods_def();
     for mut pod in pending {
         let req = resource_requests(&pod);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         let mut chosen: Option<(String, i128)> = None;
-        for node in &nodes {
+        for node in nodes {
             let name = meta_str(node, "name").to_string();
             let mut why: Vec<String> = Vec::new();
             if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {

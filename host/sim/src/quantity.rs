@@ -99,7 +99,7 @@ mod tests {
         assert_eq!(millicores("0.5"), Some(500));
         assert_eq!(millicores("1"), Some(1000));
         assert_eq!(millicores(".1"), Some(100));
-        assert_eq!(millicores("1e3m"), Some(1000));
+        assert_eq!(millicores("1e3"), Some(1_000_000));
         assert_eq!(units("128Mi"), Some(128 * 1024 * 1024));
         assert_eq!(units("1Gi"), Some(1 << 30));
         assert_eq!(units("1G"), Some(1_000_000_000));

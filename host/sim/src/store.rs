@@ -49,6 +49,12 @@ pub struct State {
     pub gc_needed: bool,
     /// Namespaces whose pods or ReplicaSets changed since the ReplicaSet controller looked.
     pub dirty_ns: BTreeSet<String>,
+    /// Pods created since the scheduler last looked: (namespace, name).
+    pub sched_queue: Vec<(String, String)>,
+    /// Set when capacity may have been freed or added: the scheduler retries every pending pod.
+    pub capacity_changed: bool,
+    /// Requests in use per node, kept by the scheduler; `None` when it must be recomputed.
+    pub used_cache: Option<BTreeMap<String, BTreeMap<String, i128>>>,
     pub admission: Option<Arc<dyn Admission>>,
     pub pod_termination: Duration,
     pub kubelet_delay: Duration,
@@ -128,6 +134,9 @@ impl State {
             deletion_due: Vec::new(),
             gc_needed: false,
             dirty_ns: BTreeSet::new(),
+            sched_queue: Vec::new(),
+            capacity_changed: false,
+            used_cache: None,
             admission,
             pod_termination,
             kubelet_delay,
@@ -198,6 +207,14 @@ impl State {
         if matches!(res.resource, "pods" | "replicasets") {
             self.dirty_ns.insert(key.0.clone());
         }
+        let terminal = matches!(
+            obj.pointer("/status/phase").and_then(Value::as_str),
+            Some("Failed" | "Succeeded")
+        );
+        if res.resource == "nodes" || (res.resource == "pods" && terminal) {
+            self.capacity_changed = true;
+            self.used_cache = None;
+        }
         self.coll_mut(res).insert(key, obj.clone());
         obj
     }
@@ -211,6 +228,10 @@ impl State {
         self.gc_needed = true;
         if matches!(res.resource, "pods" | "replicasets") {
             self.dirty_ns.insert(ns.to_string());
+        }
+        if matches!(res.resource, "pods" | "nodes") {
+            self.capacity_changed = true;
+            self.used_cache = None;
         }
         if res.resource == "services" {
             for p in node_ports(&old) {
@@ -596,15 +617,21 @@ impl State {
             "pods" => {
                 let qos = validate::qos_class(&obj["spec"]);
                 obj["status"] = json!({"phase": "Pending", "qosClass": qos});
-                if let Some(node) = obj.pointer("/spec/nodeName").and_then(Value::as_str) {
-                    let (node, uid) = (node.to_string(), meta_str(&obj, "uid").to_string());
-                    let _ = node;
+                if obj
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .is_some()
+                {
+                    let uid = meta_str(&obj, "uid").to_string();
                     self.kubelet_due.push((
                         Instant::now() + self.kubelet_delay,
                         key_ns.into(),
                         name.clone(),
                         uid,
                     ));
+                    self.used_cache = None;
+                } else {
+                    self.sched_queue.push((key_ns.to_string(), name.clone()));
                 }
             }
             "namespaces" => {
@@ -1008,6 +1035,14 @@ impl State {
                 .map(validate::qos_class)
                 .unwrap_or("BestEffort");
             obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+        }
+        if res.resource == "pods" {
+            let key = (
+                meta_str(&obj, "namespace").into(),
+                meta_str(&obj, "name").into(),
+            );
+            self.sched_queue.push(key);
+            self.used_cache = None;
         }
         if res.resource == "pods"
             && obj.pointer("/spec/nodeName").is_some()
