@@ -772,9 +772,15 @@ impl State {
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty);
+        let had_finalizers = old
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        // The last finalizer going lets a deleted object go (a terminating pod without
+        // finalizers waits for its termination instead).
         if finalizers_empty
             && !meta_str(&new, "deletionTimestamp").is_empty()
-            && res.resource != "pods"
+            && (res.resource != "pods" || had_finalizers)
         {
             self.remove(res, key_ns, name);
             return Ok(new);

@@ -568,3 +568,30 @@ async fn seed_and_accessors() {
     );
     assert!(s.message.ends_with("provided port is already allocated"));
 }
+
+// An object with finalizers is only marked for deletion; removing the last finalizer lets it go.
+#[tokio::test(flavor = "multi_thread")]
+async fn finalizers_hold_deletion() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    let mut p = pod("held", json!({}));
+    p.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    pods.delete("held", &DeleteParams::default()).await.unwrap();
+    assert!(
+        pods.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status(pods.get("held").await).code, 404);
+}
