@@ -39,7 +39,14 @@
 //! - Faults on demand ([`Fault`]), RBAC ([`SimConfig::rbac`]), an admission hook
 //!   ([`Admission`]), a request log ([`RequestRecord`]).
 //!
+//! # Identity
+//! The kubeconfig user carries `token: NAME` and `as: NAME`. The user is the bearer token
+//! (kube-rs), else the `Impersonate-User` header (kubectl sends no bearer token over plain
+//! HTTP), else `system:anonymous`. [`SimConfig::admin_user`] bypasses RBAC.
+//!
 //! # Deliberately not modelled
+//! - OpenAPI documents (use `kubectl create --validate=false`) and protobuf bodies (415; kubectl's
+//!   typed generators such as `kubectl create ns` fail, `kubectl create -f` works).
 //! - Watch (`?watch=1` answers 405 MethodNotAllowed), server-side apply field ownership,
 //!   strategic-merge list merging by key (lists are replaced), Table output (kubectl falls
 //!   back to plain lists), paging (`limit`/`continue` are ignored: everything comes at
