@@ -139,12 +139,26 @@ pub fn review(request: &Request<'_>, settings: Option<&RawValue>) -> Outcome {
     };
     let update = request.operation == "UPDATE";
     match request.kind {
-        "Pod" => review_pod(object, request.old_object.filter(|_| update), schema, &name, &contract),
-        _ => review_replica_set(object, request.old_object.filter(|_| update), &name, &contract),
+        "Pod" => review_pod(
+            object,
+            request.old_object.filter(|_| update),
+            schema,
+            &name,
+            &contract,
+        ),
+        _ => review_replica_set(
+            object,
+            request.old_object.filter(|_| update),
+            &name,
+            &contract,
+        ),
     }
 }
 
-fn classify_pod(object: &RawValue, request_name: Option<&str>) -> Result<Option<(Schema, String)>, String> {
+fn classify_pod(
+    object: &RawValue,
+    request_name: Option<&str>,
+) -> Result<Option<(Schema, String)>, String> {
     let head: PodHead = serde_json::from_str(object.get())
         .map_err(|e| format!("cannot read the pod's metadata: {e}"))?;
     let meta = head.metadata.as_ref();
@@ -197,7 +211,9 @@ fn review_pod(
     let spec = pod.spec.clone().unwrap_or_default();
     if let Some(old) = old {
         return match parse::<Pod>(old, &format!("the old {what}")) {
-            Ok((_, old_pod)) => judge_update(&spec, &old_pod.spec.unwrap_or_default(), &what, contract),
+            Ok((_, old_pod)) => {
+                judge_update(&spec, &old_pod.spec.unwrap_or_default(), &what, contract)
+            }
             Err(message) => Outcome::bad_request(message),
         };
     }
@@ -216,7 +232,11 @@ fn review_pod(
         Ok(pod) => pod,
         Err(message) => return Outcome::bad_request(message),
     };
-    match verdict(&rules::check(&mutated.spec.unwrap_or_default(), contract), &what, Vec::new()) {
+    match verdict(
+        &rules::check(&mutated.spec.unwrap_or_default(), contract),
+        &what,
+        Vec::new(),
+    ) {
         Outcome::Accept { .. } => Outcome::Mutate {
             object: value,
             warnings: mutation.warnings,
@@ -225,7 +245,12 @@ fn review_pod(
     }
 }
 
-fn review_replica_set(object: &RawValue, old: Option<&RawValue>, name: &str, contract: &Contract) -> Outcome {
+fn review_replica_set(
+    object: &RawValue,
+    old: Option<&RawValue>,
+    name: &str,
+    contract: &Contract,
+) -> Outcome {
     let what = format!("the pod template of jump-pod ReplicaSet {name:?}");
     let template_spec = |rs: ReplicaSet| {
         rs.spec
@@ -271,5 +296,227 @@ fn verdict(violations: &[Violation], what: &str, warnings: Vec<String>) -> Outco
             "{what} does not meet the jump-pod contract: {}",
             rules::describe(violations)
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    fn raw(value: &Value) -> Box<RawValue> {
+        RawValue::from_string(value.to_string()).unwrap()
+    }
+
+    fn run(
+        kind: (&str, &str),
+        operation: &str,
+        object: &Value,
+        old: Option<&Value>,
+        settings: &Value,
+    ) -> Outcome {
+        let (object, old, settings) = (raw(object), old.map(raw), raw(settings));
+        review(
+            &Request {
+                group: kind.0,
+                kind: kind.1,
+                operation,
+                name: None,
+                object: Some(&object),
+                old_object: old.as_deref(),
+            },
+            Some(&settings),
+        )
+    }
+
+    const POD: (&str, &str) = ("", "Pod");
+    const RS: (&str, &str) = ("apps", "ReplicaSet");
+
+    fn guaranteed() -> Value {
+        json!({"requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+               "limits": {"cpu": "500m", "memory": "1Gi"}})
+    }
+
+    fn jump_pod(resources: Value) -> Value {
+        json!({"metadata": {"name": "dstack-main-ssh-jump-pod-abcde",
+                            "labels": schema::current_labels("dstack-main-ssh-jump-pod", "main")},
+               "spec": {"containers": [{"name": "sshd", "resources": resources}]}})
+    }
+
+    fn legacy_pod() -> Value {
+        json!({"metadata": {"name": "dstack-main-ssh-jump-pod",
+                            "labels": {"app.kubernetes.io/name": "dstack-main-ssh-jump-pod"}},
+               "spec": {"containers": [{"name": "sshd"}]}})
+    }
+
+    fn replica_set(resources: Value) -> Value {
+        json!({"metadata": {"name": "dstack-main-ssh-jump-pod"},
+               "spec": {"template": {"metadata": {"labels": {"app.kubernetes.io/name": "dstack-ssh-proxy"}},
+                                     "spec": {"containers": [{"name": "sshd", "resources": resources}]}}}})
+    }
+
+    fn is_accept(outcome: &Outcome) -> bool {
+        matches!(outcome, Outcome::Accept { warnings } if warnings.is_empty())
+    }
+
+    #[test]
+    fn a_pod_that_is_not_a_jump_pod_is_accepted_without_reading_its_spec() {
+        let pod = json!({"metadata": {"name": "web", "labels": {"app.kubernetes.io/name": "web"}},
+                         "spec": "not a pod spec"});
+        assert!(is_accept(&run(POD, "CREATE", &pod, None, &json!({}))));
+    }
+
+    #[rstest]
+    #[case::delete("DELETE")]
+    #[case::connect("CONNECT")]
+    fn operations_other_than_create_and_update_are_accepted(#[case] operation: &str) {
+        assert!(is_accept(&run(
+            POD,
+            operation,
+            &jump_pod(json!({})),
+            None,
+            &json!({})
+        )));
+    }
+
+    #[test]
+    fn a_conforming_jump_pod_is_accepted_as_is() {
+        assert!(is_accept(&run(
+            POD,
+            "CREATE",
+            &jump_pod(guaranteed()),
+            None,
+            &json!({})
+        )));
+    }
+
+    #[test]
+    fn a_bare_legacy_pod_is_mutated_into_a_conforming_one() {
+        let Outcome::Mutate { object, warnings } =
+            run(POD, "CREATE", &legacy_pod(), None, &json!({}))
+        else {
+            panic!("expected a mutation");
+        };
+        assert!(warnings.is_empty());
+        assert_eq!(
+            object["metadata"]["labels"]["k8s.dstack.ai/project"],
+            "main"
+        );
+        assert_eq!(object["spec"]["containers"][0]["resources"], guaranteed());
+    }
+
+    #[test]
+    fn with_mutation_off_a_bare_legacy_pod_is_rejected_naming_what_is_missing() {
+        let Outcome::Reject { message, .. } = run(
+            POD,
+            "CREATE",
+            &legacy_pod(),
+            None,
+            &json!({"mutate": false}),
+        ) else {
+            panic!("expected a rejection");
+        };
+        assert!(message.contains("mutation is off"), "{message}");
+        assert!(
+            message.contains("resources.limits.memory is missing (would be set to 1Gi)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_explicit_value_below_the_minimum_is_rejected_even_when_other_values_are_filled() {
+        let outcome = run(
+            POD,
+            "CREATE",
+            &jump_pod(json!({"requests": {"cpu": "50m"}})),
+            None,
+            &json!({}),
+        );
+        let Outcome::Reject {
+            message,
+            code: None,
+        } = outcome
+        else {
+            panic!("expected a rejection, got {outcome:?}");
+        };
+        assert!(
+            message.contains("cpu request 50m is below the minimum 100m"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_update_that_keeps_broken_resources_is_accepted_with_a_warning() {
+        let old = legacy_pod();
+        let mut new = old.clone();
+        new["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "name": "dstack-main-ssh-jump-pod", "uid": "u", "controller": true}]);
+        let Outcome::Accept { warnings } = run(POD, "UPDATE", &new, Some(&old), &json!({})) else {
+            panic!("expected acceptance");
+        };
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].contains("accepted: its resources did not change"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn an_update_that_changes_resources_is_judged() {
+        let old = jump_pod(guaranteed());
+        let new = jump_pod(json!({"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}));
+        assert!(matches!(
+            run(POD, "UPDATE", &new, Some(&old), &json!({})),
+            Outcome::Reject { .. }
+        ));
+    }
+
+    #[test]
+    fn a_replica_set_is_judged_by_its_template_and_never_mutated() {
+        assert!(is_accept(&run(
+            RS,
+            "CREATE",
+            &replica_set(guaranteed()),
+            None,
+            &json!({})
+        )));
+        let Outcome::Reject { message, .. } =
+            run(RS, "CREATE", &replica_set(json!({})), None, &json!({}))
+        else {
+            panic!("expected a rejection");
+        };
+        assert!(
+            message.starts_with(
+                "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\""
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn settings_are_read_only_for_jump_pods_and_invalid_ones_reject() {
+        let bad = json!({"cpu": {"minimum": "1m"}});
+        let ordinary = json!({"metadata": {"name": "web"}});
+        assert!(is_accept(&run(POD, "CREATE", &ordinary, None, &bad)));
+        let outcome = run(POD, "CREATE", &jump_pod(guaranteed()), None, &bad);
+        assert!(
+            matches!(outcome, Outcome::Reject { code: Some(400), ref message } if message.contains("cpu.minimum")),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_spec_of_the_wrong_type_is_rejected_naming_the_field() {
+        let mut pod = jump_pod(guaranteed());
+        pod["spec"]["containers"] = json!("sshd");
+        let Outcome::Reject {
+            message,
+            code: Some(400),
+        } = run(POD, "CREATE", &pod, None, &json!({}))
+        else {
+            panic!("expected a bad request");
+        };
+        assert!(message.contains("spec.containers"), "{message}");
     }
 }

@@ -1,0 +1,55 @@
+# jumppod: `make demo` shows it working, `make test` proves it. Both set up what they need
+# (the wasm32-wasip1 target, clippy and rustfmt) on a machine that has only rustup's Rust.
+
+CARGO        ?= cargo
+WASM_TARGET  := wasm32-wasip1
+TARGET_DIR   := $(CURDIR)/target
+POLICY_WASM  := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_policy.wasm
+export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
+
+.PHONY: all setup policy test lint fmt unit demo bench e2e-kwctl clean
+
+all: policy
+
+## setup: install the wasm32-wasip1 target, clippy and rustfmt when missing
+setup:
+	@rustup target list --installed | grep -qx '$(WASM_TARGET)' || rustup target add $(WASM_TARGET)
+	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+
+## policy: build the Kubewarden policy (policy.wasm at the top of the repo)
+policy: setup
+	$(CARGO) build -p jumppod-policy --target $(WASM_TARGET) --release
+	cp $(POLICY_WASM) policy.wasm
+	@echo "policy.wasm: $$(wc -c < policy.wasm) bytes"
+
+## lint: formatting and clippy, warnings are errors
+lint: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## unit: every test of the workspace (the policy Wasm is built first: the tests load it)
+unit: policy
+	$(CARGO) test --workspace --no-fail-fast
+
+## test: what CI runs
+test: policy lint unit
+
+## demo: the policy on example requests, then the host's upgrade story against the simulator
+demo: policy
+	$(CARGO) run --release -q -p jumppod-host -- demo
+
+## bench: criterion benchmarks (policy through waPC, simulator, host)
+bench: policy
+	$(CARGO) bench --workspace
+
+## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats
+e2e-kwctl: policy
+	tests/e2e-kwctl/run.sh
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean
+	rm -f policy.wasm annotated-policy.wasm
