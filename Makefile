@@ -37,7 +37,7 @@ test: policy lint unit
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 demo: policy
-	$(CARGO) run --release -q -p jumppod-host -- demo
+	$(CARGO) run -q -p jumppod-host -- demo
 
 ## bench: criterion benchmarks (policy through waPC, simulator, host)
 bench: policy
