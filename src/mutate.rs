@@ -265,8 +265,7 @@ mod tests {
     #[test]
     fn a_request_alone_gets_an_equal_limit_and_explicit_values_stay() {
         let mut pod = legacy_pod("p-ssh-jump-pod");
-        pod["spec"]["containers"][0]["resources"] =
-            json!({"requests": {"cpu": "0.25", "ephemeral-storage": "1Gi"}, "limits": {"memory": "2Gi"}});
+        pod["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "0.25", "ephemeral-storage": "1Gi"}, "limits": {"memory": "2Gi"}});
         let mutation = plan(&typed(&pod), Schema::Current, &Contract::default());
         mutation.apply(&mut pod);
         assert_eq!(
@@ -282,7 +281,12 @@ mod tests {
             "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u", "controller": true
         }]);
         let mutation = plan(&typed(&pod), Schema::Legacy, &Contract::default());
-        assert!(mutation.fills.iter().all(|f| matches!(f, Fill::Resource { .. })));
+        assert!(
+            mutation
+                .fills
+                .iter()
+                .all(|f| matches!(f, Fill::Resource { .. }))
+        );
     }
 
     #[test]
@@ -298,7 +302,10 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(labels, vec![schema::MANAGED_BY_LABEL, schema::PROJECT_LABEL]);
+        assert_eq!(
+            labels,
+            vec![schema::MANAGED_BY_LABEL, schema::PROJECT_LABEL]
+        );
         assert_eq!(mutation.warnings.len(), 1);
         assert!(mutation.warnings[0].contains(schema::INSTANCE_LABEL));
         assert!(mutation.warnings[0].contains("63 characters"));
@@ -307,11 +314,15 @@ mod tests {
     #[test]
     fn a_conforming_pod_needs_nothing() {
         let mut pod = legacy_pod("dstack-main-ssh-jump-pod");
-        pod["metadata"]["labels"] = json!(schema::current_labels("dstack-main-ssh-jump-pod", "main"));
+        pod["metadata"]["labels"] =
+            json!(schema::current_labels("dstack-main-ssh-jump-pod", "main"));
         pod["spec"]["containers"][0]["resources"] = json!({
             "requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "64Mi"},
             "limits": {"cpu": "1", "memory": "1Gi"}});
-        assert_eq!(plan(&typed(&pod), Schema::Current, &Contract::default()), Mutation::default());
+        assert_eq!(
+            plan(&typed(&pod), Schema::Current, &Contract::default()),
+            Mutation::default()
+        );
     }
 
     #[test]
@@ -319,6 +330,9 @@ mod tests {
         let pod = legacy_pod("dstack-main-ssh-jump-pod");
         let text = plan(&typed(&pod), Schema::Legacy, &Contract::default()).describe_missing();
         assert!(text.contains("container \"dstack-main-ssh-jump-pod-container\": resources.requests.cpu is missing (would be set to 500m)"), "{text}");
-        assert!(text.contains("label app.kubernetes.io/instance is missing"), "{text}");
+        assert!(
+            text.contains("label app.kubernetes.io/instance is missing"),
+            "{text}"
+        );
     }
 }

@@ -56,7 +56,10 @@ impl fmt::Display for QuantityError {
                 "unknown suffix {s:?}: use one of n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or an exponent like e3"
             ),
             QuantityError::ExponentRange(s) => {
-                write!(f, "exponent {s:?} is out of range (it must fit a 32-bit integer)")
+                write!(
+                    f,
+                    "exponent {s:?} is out of range (it must fit a 32-bit integer)"
+                )
             }
         }
     }
@@ -348,9 +351,9 @@ fn compare_magnitude(a: &Quantity, b: &Quantity) -> Ordering {
         Ordering::Greater => {
             (a.mantissa * 10u128.pow((a.exponent - b.exponent) as u32)).cmp(&b.mantissa)
         }
-        Ordering::Less => {
-            a.mantissa.cmp(&(b.mantissa * 10u128.pow((b.exponent - a.exponent) as u32)))
-        }
+        Ordering::Less => a
+            .mantissa
+            .cmp(&(b.mantissa * 10u128.pow((b.exponent - a.exponent) as u32))),
     }
 }
 
@@ -511,7 +514,11 @@ mod tests {
     /// With at most 15 digits, decimal values stay on apimachinery's fast path (never capped);
     /// binary ones are capped at 2^63 - 1.
     fn reference_cap(nanos: u128, suffix: usize) -> u128 {
-        if SUFFIXES[suffix].2 == 0 { nanos } else { nanos.min(CAP_NANOS) }
+        if SUFFIXES[suffix].2 == 0 {
+            nanos
+        } else {
+            nanos.min(CAP_NANOS)
+        }
     }
 
     proptest! {

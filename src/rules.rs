@@ -57,9 +57,14 @@ pub enum Problem {
         error: QuantityError,
     },
     /// Neither request nor limit: the container is not Guaranteed.
-    Unset { resource: Resource },
+    Unset {
+        resource: Resource,
+    },
     /// A request without a limit: Burstable.
-    NoLimit { resource: Resource, request: String },
+    NoLimit {
+        resource: Resource,
+        request: String,
+    },
     NotEqual {
         resource: Resource,
         request: String,
@@ -72,8 +77,13 @@ pub enum Problem {
         minimum: String,
     },
     /// No ephemeral-storage request: the kubelet evicts such a pod first under disk pressure.
-    NoRequest { resource: Resource, minimum: String },
-    EphemeralLimitSet { limit: String },
+    NoRequest {
+        resource: Resource,
+        minimum: String,
+    },
+    EphemeralLimitSet {
+        limit: String,
+    },
 }
 
 /// One broken rule in one container.
@@ -183,7 +193,12 @@ fn sides(container: &Container) -> (Option<&Map>, Option<&Map>) {
     )
 }
 
-fn check_container(container: &Container, init: bool, contract: &Contract, out: &mut Vec<Violation>) {
+fn check_container(
+    container: &Container,
+    init: bool,
+    contract: &Contract,
+    out: &mut Vec<Violation>,
+) {
     let (requests, limits) = sides(container);
     let mut push = |problem| {
         out.push(Violation {
@@ -306,7 +321,11 @@ fn below_minimum(
 /// The resources of every container by name, to tell whether an update changes them.
 pub fn resources_by_container(
     spec: &PodSpec,
-) -> Vec<(&str, bool, Option<&k8s_openapi::api::core::v1::ResourceRequirements>)> {
+) -> Vec<(
+    &str,
+    bool,
+    Option<&k8s_openapi::api::core::v1::ResourceRequirements>,
+)> {
     let mut all: Vec<_> = spec
         .containers
         .iter()
@@ -370,15 +389,24 @@ mod tests {
 
     #[test]
     fn a_guaranteed_container_at_the_defaults_passes() {
-        assert_eq!(problems(vec![container("c", GOOD_REQUESTS, GOOD_LIMITS)], vec![]), vec![]);
+        assert_eq!(
+            problems(vec![container("c", GOOD_REQUESTS, GOOD_LIMITS)], vec![]),
+            vec![]
+        );
     }
 
     #[rstest]
     #[case::equal_values_written_differently(&[("cpu", "0.1"), ("memory", "32Mi"), ("ephemeral-storage", "64Mi")], &[("cpu", "100m"), ("memory", "33554432")])]
     #[case::limits_only_with_a_request_for_storage(&[("ephemeral-storage", "1Gi")], &[("cpu", "1"), ("memory", "2Gi")])]
     #[case::exactly_at_the_floors(&[("cpu", "100m"), ("memory", "32Mi"), ("ephemeral-storage", "64Mi")], &[("cpu", "100m"), ("memory", "32Mi")])]
-    fn conforming_containers_pass(#[case] requests: &[(&str, &str)], #[case] limits: &[(&str, &str)]) {
-        assert_eq!(problems(vec![container("c", requests, limits)], vec![]), vec![]);
+    fn conforming_containers_pass(
+        #[case] requests: &[(&str, &str)],
+        #[case] limits: &[(&str, &str)],
+    ) {
+        assert_eq!(
+            problems(vec![container("c", requests, limits)], vec![]),
+            vec![]
+        );
     }
 
     #[rstest]
@@ -416,12 +444,19 @@ mod tests {
         #[case] limits: &[(&str, &str)],
         #[case] expected: Vec<Problem>,
     ) {
-        assert_eq!(problems(vec![container("c", requests, limits)], vec![]), expected);
+        assert_eq!(
+            problems(vec![container("c", requests, limits)], vec![]),
+            expected
+        );
     }
 
     #[test]
     fn init_containers_need_guaranteed_resources_but_no_minimums() {
-        let init_ok = container("init-ok", &[("cpu", "10m"), ("memory", "8Mi")], &[("cpu", "10m"), ("memory", "8Mi")]);
+        let init_ok = container(
+            "init-ok",
+            &[("cpu", "10m"), ("memory", "8Mi")],
+            &[("cpu", "10m"), ("memory", "8Mi")],
+        );
         let init_bare = container("init-bare", &[], &[]);
         let violations = check(
             &PodSpec {
@@ -432,14 +467,22 @@ mod tests {
             &Contract::default(),
         );
         assert_eq!(violations.len(), 2, "{violations:?}");
-        assert!(violations.iter().all(|v| v.init && v.container == "init-bare"));
+        assert!(
+            violations
+                .iter()
+                .all(|v| v.init && v.container == "init-bare")
+        );
     }
 
     #[test]
     fn every_violation_of_every_container_is_in_the_message() {
         let spec = PodSpec {
             containers: vec![
-                container("sshd", &[("cpu", "50m")], &[("cpu", "50m"), ("memory", "1Gi")]),
+                container(
+                    "sshd",
+                    &[("cpu", "50m")],
+                    &[("cpu", "50m"), ("memory", "1Gi")],
+                ),
                 container("sidecar", GOOD_REQUESTS, &[("cpu", "1"), ("memory", "1Gi")]),
             ],
             ..Default::default()

@@ -131,7 +131,10 @@ mod tests {
         #[case] expected: Option<Schema>,
     ) {
         let labels = labels(pairs);
-        assert_eq!(classify(labels.get(NAME_LABEL).map(String::as_str), name), expected);
+        assert_eq!(
+            classify(labels.get(NAME_LABEL).map(String::as_str), name),
+            expected
+        );
     }
 
     #[rstest]
@@ -148,10 +151,7 @@ mod tests {
         let name = jump_pod_name("main");
         assert_eq!(name, "dstack-main-ssh-jump-pod");
         assert_eq!(service_name(&name), "dstack-main-ssh-jump-pod-service");
-        assert_eq!(
-            container_name(&name),
-            "dstack-main-ssh-jump-pod-container"
-        );
+        assert_eq!(container_name(&name), "dstack-main-ssh-jump-pod-container");
         assert_eq!(current_labels(&name, "main").len(), 4);
     }
 

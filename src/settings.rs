@@ -132,7 +132,9 @@ impl Settings {
             return Ok(Settings::default());
         }
         if !value.is_object() {
-            return Err(whole(format!("settings must be a JSON object, not {value}")));
+            return Err(whole(format!(
+                "settings must be a JSON object, not {value}"
+            )));
         }
         serde_path_to_error::deserialize(&value).map_err(|e| SettingsError {
             key: e.path().to_string(),
@@ -191,7 +193,11 @@ fn compute(
     default: &str,
 ) -> Result<Compute, SettingsError> {
     let minimum_key = format!("{key}.minimum");
-    let minimum = at_least_floor(&minimum_key, settings.and_then(|s| s.minimum.as_deref()), floor)?;
+    let minimum = at_least_floor(
+        &minimum_key,
+        settings.and_then(|s| s.minimum.as_deref()),
+        floor,
+    )?;
     let default_key = format!("{key}.default");
     let default = match settings.and_then(|s| s.default.as_deref()) {
         Some(text) => Amount::parse(&default_key, text)?,
@@ -247,14 +253,46 @@ mod tests {
 
     #[rstest]
     #[case::unknown_top_level_key(r#"{"cpus":{}}"#, "cpus", "unknown field `cpus`")]
-    #[case::unknown_nested_key(r#"{"cpu":{"maximum":"1"}}"#, "cpu.maximum", "unknown field `maximum`")]
-    #[case::unparsable_minimum(r#"{"cpu":{"minimum":"lots"}}"#, "cpu.minimum", "\"lots\" is not a quantity")]
-    #[case::unparsable_default(r#"{"memory":{"default":"1 Gi"}}"#, "memory.default", "\"1 Gi\" is not a quantity")]
-    #[case::cpu_minimum_below_floor(r#"{"cpu":{"minimum":"50m"}}"#, "cpu.minimum", "below the floor 100m")]
-    #[case::memory_minimum_below_floor(r#"{"memory":{"minimum":"16Mi"}}"#, "memory.minimum", "below the floor 32Mi")]
-    #[case::ephemeral_below_floor(r#"{"ephemeralStorage":{"minimumRequest":"10Mi"}}"#, "ephemeralStorage.minimumRequest", "below the floor 64Mi")]
-    #[case::default_below_minimum(r#"{"cpu":{"minimum":"1","default":"500m"}}"#, "cpu.default", "below cpu.minimum (1)")]
-    #[case::default_below_floor(r#"{"memory":{"default":"16Mi"}}"#, "memory.default", "below memory.minimum (32Mi)")]
+    #[case::unknown_nested_key(
+        r#"{"cpu":{"maximum":"1"}}"#,
+        "cpu.maximum",
+        "unknown field `maximum`"
+    )]
+    #[case::unparsable_minimum(
+        r#"{"cpu":{"minimum":"lots"}}"#,
+        "cpu.minimum",
+        "\"lots\" is not a quantity"
+    )]
+    #[case::unparsable_default(
+        r#"{"memory":{"default":"1 Gi"}}"#,
+        "memory.default",
+        "\"1 Gi\" is not a quantity"
+    )]
+    #[case::cpu_minimum_below_floor(
+        r#"{"cpu":{"minimum":"50m"}}"#,
+        "cpu.minimum",
+        "below the floor 100m"
+    )]
+    #[case::memory_minimum_below_floor(
+        r#"{"memory":{"minimum":"16Mi"}}"#,
+        "memory.minimum",
+        "below the floor 32Mi"
+    )]
+    #[case::ephemeral_below_floor(
+        r#"{"ephemeralStorage":{"minimumRequest":"10Mi"}}"#,
+        "ephemeralStorage.minimumRequest",
+        "below the floor 64Mi"
+    )]
+    #[case::default_below_minimum(
+        r#"{"cpu":{"minimum":"1","default":"500m"}}"#,
+        "cpu.default",
+        "below cpu.minimum (1)"
+    )]
+    #[case::default_below_floor(
+        r#"{"memory":{"default":"16Mi"}}"#,
+        "memory.default",
+        "below memory.minimum (32Mi)"
+    )]
     #[case::mutate_not_a_boolean(r#"{"mutate":"yes"}"#, "mutate", "invalid type")]
     #[case::quantity_as_number(r#"{"cpu":{"minimum":1}}"#, "cpu.minimum", "invalid type")]
     #[case::not_an_object("[1]", "", "must be a JSON object")]
