@@ -311,7 +311,7 @@ fn normalise(negative: bool, mut mantissa: u128, mut exponent: i64) -> Quantity 
     if mantissa == 0 {
         return Quantity::ZERO;
     }
-    while mantissa % 10 == 0 {
+    while mantissa.is_multiple_of(10) {
         mantissa /= 10;
         exponent += 1;
     }
