@@ -1,0 +1,202 @@
+//! The objects `ensure` wants to exist, built from the configuration and the core schema.
+
+use crate::config::Config;
+use jumppod::schema;
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, Namespace, PodSpec, PodTemplateSpec, ResourceRequirements,
+    Service, ServicePort, ServiceSpec, TCPSocketAction, Probe,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+
+/// The environment variable carrying the project's authorized keys into the container.
+pub const AUTHORIZED_KEYS_ENV: &str = "DSTACK_AUTHORIZED_KEYS";
+
+/// What the container runs: sshd with the project's key, root login by key only.
+pub const SSHD_SCRIPT: &str = "mkdir -p /root/.ssh && chmod 700 /root/.ssh && \
+printf '%s\\n' \"$DSTACK_AUTHORIZED_KEYS\" > /root/.ssh/authorized_keys && \
+chmod 600 /root/.ssh/authorized_keys && \
+sed -i 's/^#*PasswordAuthentication.*/PasswordAuthentication no/' /etc/ssh/sshd_config && \
+exec /usr/sbin/sshd -D -e";
+
+/// The three objects of one project's jump pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    pub namespace: Namespace,
+    pub replicaset: ReplicaSet,
+    pub service: Service,
+}
+
+impl Desired {
+    pub fn from_config(config: &Config) -> Desired {
+        Desired {
+            namespace: namespace(config),
+            replicaset: replicaset(config),
+            service: service(config, config.port),
+        }
+    }
+}
+
+pub fn namespace(config: &Config) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(config.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    }
+}
+
+/// The container's resources: Guaranteed cpu and memory, the ephemeral-storage request of the
+/// contract and no ephemeral-storage limit.
+pub fn resources(config: &Config) -> ResourceRequirements {
+    let compute = BTreeMap::from([
+        ("cpu".to_owned(), Q(config.cpu.clone())),
+        ("memory".to_owned(), Q(config.memory.clone())),
+    ]);
+    let mut requests = compute.clone();
+    requests.insert(
+        "ephemeral-storage".to_owned(),
+        Q(config.contract.ephemeral_storage_request.text.clone()),
+    );
+    ResourceRequirements {
+        requests: Some(requests),
+        limits: Some(compute),
+        ..ResourceRequirements::default()
+    }
+}
+
+pub fn pod_spec(config: &Config) -> PodSpec {
+    let name = &config.name;
+    PodSpec {
+        containers: vec![Container {
+            name: schema::container_name(name),
+            image: Some(config.image.clone()),
+            command: Some(vec!["/bin/sh".into(), "-c".into(), SSHD_SCRIPT.into()]),
+            env: Some(vec![EnvVar {
+                name: AUTHORIZED_KEYS_ENV.into(),
+                value: Some(config.ssh_public_key.clone().unwrap_or_default()),
+                value_from: None,
+            }]),
+            ports: Some(vec![ContainerPort {
+                container_port: schema::SSH_PORT,
+                name: Some("ssh".into()),
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            }]),
+            readiness_probe: Some(Probe {
+                tcp_socket: Some(TCPSocketAction {
+                    port: IntOrString::Int(schema::SSH_PORT),
+                    host: None,
+                }),
+                period_seconds: Some(10),
+                ..Probe::default()
+            }),
+            resources: Some(resources(config)),
+            ..Container::default()
+        }],
+        restart_policy: Some("Always".into()),
+        node_selector: (!config.node_selector.is_empty()).then(|| config.node_selector.clone()),
+        tolerations: (!config.tolerations.is_empty()).then(|| config.tolerations.clone()),
+        ..PodSpec::default()
+    }
+}
+
+pub fn replicaset(config: &Config) -> ReplicaSet {
+    let name = &config.name;
+    let labels = schema::current_labels(name, &config.project);
+    ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(config.namespace.clone()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ReplicaSetSpec {
+            replicas: Some(1),
+            min_ready_seconds: None,
+            selector: LabelSelector {
+                match_labels: Some(schema::current_selector(name)),
+                match_expressions: None,
+            },
+            template: Some(PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec(config)),
+            }),
+        }),
+        status: None,
+    }
+}
+
+/// The NodePort Service with the current selector, on `node_port` if given.
+pub fn service(config: &Config, node_port: Option<i32>) -> Service {
+    let name = &config.name;
+    Service {
+        metadata: ObjectMeta {
+            name: Some(schema::service_name(name)),
+            namespace: Some(config.namespace.clone()),
+            labels: Some(schema::current_labels(name, &config.project)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("NodePort".into()),
+            selector: Some(schema::current_selector(name)),
+            ports: Some(vec![ServicePort {
+                name: Some("ssh".into()),
+                port: schema::SSH_PORT,
+                target_port: Some(IntOrString::Int(schema::SSH_PORT)),
+                node_port,
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jumppod::settings::Contract;
+
+    #[test]
+    fn the_replicaset_meets_the_contract_with_the_core_rules() {
+        let config = Config::for_project("ns", "main");
+        let rs = replicaset(&config);
+        let spec = rs.spec.unwrap().template.unwrap().spec.unwrap();
+        assert_eq!(jumppod::rules::check(&spec, &Contract::default()), vec![]);
+    }
+
+    #[test]
+    fn the_selector_matches_the_template_labels() {
+        let rs = replicaset(&Config::for_project("ns", "main"));
+        let spec = rs.spec.unwrap();
+        let labels = spec.template.unwrap().metadata.unwrap().labels.unwrap();
+        for (k, v) in spec.selector.match_labels.unwrap() {
+            assert_eq!(labels.get(&k), Some(&v));
+        }
+    }
+
+    #[test]
+    fn the_service_selects_on_the_instance_label_and_keeps_the_port() {
+        let config = Config::for_project("ns", "main");
+        let svc = service(&config, Some(31022));
+        let spec = svc.spec.unwrap();
+        assert_eq!(
+            spec.selector.unwrap(),
+            schema::current_selector("dstack-main-ssh-jump-pod")
+        );
+        assert_eq!(spec.ports.unwrap()[0].node_port, Some(31022));
+        assert_eq!(
+            svc.metadata.name.as_deref(),
+            Some("dstack-main-ssh-jump-pod-service")
+        );
+    }
+}
