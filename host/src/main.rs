@@ -1,1 +1,469 @@
-fn main() {}
+//! The `jumppod` binary.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use jumppod_host::api::{self, ClientOptions, Kube};
+use jumppod_host::config::{self, RawConfig};
+use jumppod_host::error::{HostError, exit};
+use jumppod_host::policy::{self, Policy};
+use jumppod_host::{PolicyGate, rbac, resolve, status};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const ABOUT: &str = "Keeps dstack's SSH jump pod alive: a ReplicaSet of one Guaranteed pod and a NodePort Service, checked by the jumppod admission policy";
+
+const LONG_ABOUT: &str = "\
+Keeps dstack's SSH jump pod alive: a ReplicaSet of one Guaranteed pod and a NodePort Service per
+project, created the way dstack's Kubernetes backend does, checked before any write by the same
+policy Wasm the cluster's Kubewarden runs. It upgrades clusters of older dstack releases without
+breaking running SSH sessions: a running bare jump pod is left alone (adopted when it carries the
+current labels), a finished one is deleted, and a Service with the pre-#3891 selector is recreated
+with the current selector on the same NodePort once its pod is gone.
+
+The cluster is reached the usual way: --kubeconfig, else KUBECONFIG, else ~/.kube/config, else the
+in-cluster service account; --context picks a context. Configuration comes from --config FILE
+(YAML or JSON: namespace, project, hostname, port or proxy_jump{hostname,port}, cpu, memory, image,
+ssh_public_key, node_selector, tolerations, policy_settings) and flags, flags winning.";
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  error (unexpected, or transient API errors that outlasted --timeout)
+  2  usage or configuration error (the message names the field and value)
+  3  the policy rejects the ReplicaSet the configuration describes; nothing was written
+  4  no ready jump pod (pending, unschedulable, a finished legacy pod, nothing provisioned)
+  5  permanent API error (403 Forbidden: see `jumppod rbac`; 422 Invalid, e.g. a NodePort taken)";
+
+#[derive(Parser)]
+#[command(name = "jumppod", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Global {
+    /// Path of the kubeconfig (default: KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, global = true, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// kubeconfig context to use.
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Human)]
+    output: Output,
+    /// Deadline of the whole command; transient API errors are retried until then.
+    #[arg(long, global = true, default_value = "60s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Per-request timeout: a request stalled longer is abandoned and retried.
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
+    request_timeout: Duration,
+    /// More logs on stderr (-v: retries and decisions, -vv: debug). RUST_LOG also works.
+    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Human,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create what is missing (namespace, ReplicaSet, Service), clean up after older releases,
+    /// report drift and unschedulable pods. Idempotent; 2 API requests when all is in place.
+    Ensure {
+        #[command(flatten)]
+        target: Target,
+        /// Policy Wasm to check the ReplicaSet with (default: the one built into jumppod).
+        #[arg(long, value_name = "PATH")]
+        policy: Option<PathBuf>,
+    },
+    /// Print the SSH proxy of the project's jobs: user@hostname:NodePort of a ready jump pod.
+    /// 2 API requests when `hostname` is configured.
+    Resolve {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show what exists: legacy objects, QoS classes, selectors, NodePort, drift,
+    /// unschedulable reasons, and what `ensure` would do.
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding with
+    /// exactly the verbs jumppod uses.
+    Rbac {
+        /// Namespace of the jump pods (and of the ServiceAccount).
+        #[arg(long, short = 'n')]
+        namespace: String,
+        /// ServiceAccount to bind.
+        #[arg(long, default_value = rbac::SERVICE_ACCOUNT)]
+        service_account: String,
+    },
+    /// Evaluate an AdmissionRequest or AdmissionReview file with the policy and print the
+    /// AdmissionResponse, as `kwctl run` does.
+    Eval {
+        /// AdmissionRequest or AdmissionReview (JSON or YAML).
+        file: PathBuf,
+        /// Policy settings as JSON, or @FILE.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// Policy Wasm (default: the one built into jumppod).
+        #[arg(long, value_name = "PATH")]
+        policy: Option<PathBuf>,
+    },
+    /// Tell the upgrade story against an in-process simulated cluster: the policy on four
+    /// example pods, then a legacy pod and Service, ensure, an eviction, resolve.
+    #[cfg(feature = "sim")]
+    Demo {
+        /// Policy Wasm (default: the one built into jumppod).
+        #[arg(long, value_name = "PATH")]
+        policy: Option<PathBuf>,
+    },
+}
+
+/// Which jump pod, and how it should look.
+#[derive(Args, Clone, Default)]
+struct Target {
+    /// YAML or JSON configuration file; flags override it.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Namespace of the jump pod (default: the file's, else the kubeconfig context's).
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
+    /// dstack project: the jump pod is dstack-<project>-ssh-jump-pod.
+    #[arg(long, short = 'p')]
+    project: Option<String>,
+    /// Address jobs reach the NodePort at (dstack's proxy_jump.hostname); default: the
+    /// ExternalIP of the pod's node, else of any node.
+    #[arg(long)]
+    hostname: Option<String>,
+    /// NodePort of the Service (dstack's proxy_jump.port); default: allocated by the cluster.
+    #[arg(long)]
+    port: Option<i32>,
+    /// CPU of the jump pod, request == limit [default: 500m].
+    #[arg(long)]
+    cpu: Option<String>,
+    /// Memory of the jump pod, request == limit [default: 1Gi].
+    #[arg(long)]
+    memory: Option<String>,
+    /// sshd image [default: dstack's].
+    #[arg(long)]
+    image: Option<String>,
+    /// The project's SSH public key(s), authorized for root.
+    #[arg(long, value_name = "KEY")]
+    ssh_public_key: Option<String>,
+    /// Read the SSH public key(s) from a file.
+    #[arg(long, value_name = "FILE", conflicts_with = "ssh_public_key")]
+    ssh_public_key_file: Option<PathBuf>,
+    /// Node selector, key=value; repeatable.
+    #[arg(long, value_name = "KEY=VALUE")]
+    node_selector: Vec<String>,
+    /// Toleration, key[=value][:Effect] (kubectl's taint syntax); repeatable.
+    #[arg(long, value_name = "TOLERATION")]
+    toleration: Vec<String>,
+    /// Settings of the cluster's jumppod policy, as JSON (or @FILE).
+    #[arg(long, value_name = "JSON")]
+    policy_settings: Option<String>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 500ms or 2m"))?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(format!("{text:?} must be positive"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn json_arg(field: &str, text: &str) -> Result<Value, HostError> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| config::ConfigError {
+            field: field.into(),
+            value: text.into(),
+            problem: format!("cannot read it: {e}"),
+        })?,
+        None => text.to_owned(),
+    };
+    serde_yaml::from_str(&text).map_err(|e| {
+        HostError::Config(config::ConfigError {
+            field: field.into(),
+            value: text.clone(),
+            problem: format!("is not JSON: {e}"),
+        })
+    })
+}
+
+impl Target {
+    fn raw(&self) -> Result<RawConfig, HostError> {
+        let file = match &self.config {
+            Some(path) => RawConfig::from_file(path)?,
+            None => RawConfig::default(),
+        };
+        let ssh_public_key = match (&self.ssh_public_key, &self.ssh_public_key_file) {
+            (Some(k), _) => Some(k.clone()),
+            (None, Some(path)) => Some(std::fs::read_to_string(path).map_err(|e| config::ConfigError {
+                field: "--ssh-public-key-file".into(),
+                value: path.display().to_string(),
+                problem: format!("cannot read it: {e}"),
+            })?),
+            (None, None) => None,
+        };
+        let node_selector = if self.node_selector.is_empty() {
+            None
+        } else {
+            Some(
+                self.node_selector
+                    .iter()
+                    .map(|s| config::parse_label(s))
+                    .collect::<Result<BTreeMap<_, _>, _>>()?,
+            )
+        };
+        let tolerations = if self.toleration.is_empty() {
+            None
+        } else {
+            Some(
+                self.toleration
+                    .iter()
+                    .map(|s| config::parse_toleration(s))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )
+        };
+        let policy_settings = match &self.policy_settings {
+            Some(text) => Some(json_arg("--policy-settings", text)?),
+            None => None,
+        };
+        let flags = RawConfig {
+            namespace: self.namespace.clone(),
+            project: self.project.clone(),
+            hostname: self.hostname.clone(),
+            port: self.port,
+            proxy_jump: None,
+            cpu: self.cpu.clone(),
+            memory: self.memory.clone(),
+            image: self.image.clone(),
+            ssh_public_key,
+            node_selector,
+            tolerations,
+            policy_settings,
+        };
+        let mut merged = file.overridden_by(flags);
+        // Flags for hostname/port override a file's proxy_jump block.
+        if (self.hostname.is_some() || self.port.is_some())
+            && let Some(pj) = merged.proxy_jump.take()
+        {
+            merged.hostname = merged.hostname.or(pj.hostname);
+            merged.port = merged.port.or(pj.port);
+        }
+        Ok(merged)
+    }
+}
+
+struct Ctx {
+    output: Output,
+}
+
+impl Ctx {
+    fn print<T: Serialize + std::fmt::Display>(&self, value: &T) {
+        match self.output {
+            Output::Human => print!("{value}"),
+            Output::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(value).unwrap_or_default()
+            ),
+        }
+    }
+}
+
+async fn connect(global: &Global, target: &Target) -> Result<(Kube, jumppod_host::Config), HostError> {
+    let raw = target.raw()?;
+    let options = ClientOptions {
+        kubeconfig: global.kubeconfig.clone(),
+        context: global.context.clone(),
+        request_timeout: global.request_timeout,
+    };
+    // Validate what can be validated before touching the cluster.
+    if let Some(ns) = &raw.namespace {
+        raw.clone().validate(ns)?;
+    }
+    let (client, default_ns) = api::client(&options).await?;
+    let config = raw.validate(&default_ns)?;
+    Ok((Kube::new(client, global.timeout), config))
+}
+
+fn load_policy(path: Option<&PathBuf>) -> Result<Policy, HostError> {
+    Ok(match path {
+        Some(p) => Policy::from_file(p)?,
+        None => Policy::builtin()?,
+    })
+}
+
+async fn run(cli: Cli) -> Result<(), HostError> {
+    let ctx = Ctx {
+        output: cli.global.output,
+    };
+    match cli.command {
+        Command::Ensure { target, policy } => {
+            let (kube, config) = connect(&cli.global, &target).await?;
+            if config.ssh_public_key.is_none() {
+                return Err(config::ConfigError {
+                    field: "ssh_public_key".into(),
+                    value: String::new(),
+                    problem: "is required by ensure: the project's SSH public key, authorized in the jump pod (--ssh-public-key, --ssh-public-key-file or ssh_public_key in the file)".into(),
+                }
+                .into());
+            }
+            let gate = PolicyGate::new(policy);
+            let report = jumppod_host::ensure(&kube, &config, &gate).await?;
+            ctx.print(&report);
+        }
+        Command::Resolve { target } => {
+            let (kube, config) = connect(&cli.global, &target).await?;
+            let report = resolve::resolve(&kube, &config).await?;
+            ctx.print(&report);
+        }
+        Command::Status { target } => {
+            let (kube, config) = connect(&cli.global, &target).await?;
+            let report = status::status(&kube, &config).await?;
+            ctx.print(&report);
+        }
+        Command::Rbac {
+            namespace,
+            service_account,
+        } => {
+            if let Some(problem) = config::dns_label_problem(&namespace) {
+                return Err(config::ConfigError {
+                    field: "--namespace".into(),
+                    value: namespace,
+                    problem: problem.into(),
+                }
+                .into());
+            }
+            match ctx.output {
+                Output::Human => print!("{}", rbac::yaml(&namespace, &service_account)),
+                Output::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "apiVersion": "v1", "kind": "List",
+                        "items": rbac::objects(&namespace, &service_account)
+                    }))
+                    .unwrap_or_default()
+                ),
+            }
+        }
+        Command::Eval {
+            file,
+            settings,
+            policy,
+        } => {
+            let text = std::fs::read_to_string(&file).map_err(|e| config::ConfigError {
+                field: "FILE".into(),
+                value: file.display().to_string(),
+                problem: format!("cannot read it: {e}"),
+            })?;
+            let document: Value = serde_yaml::from_str(&text).map_err(|e| config::ConfigError {
+                field: "FILE".into(),
+                value: file.display().to_string(),
+                problem: format!("is not JSON or YAML: {e}"),
+            })?;
+            let settings = json_arg("--settings", &settings)?;
+            let policy = load_policy(policy.as_ref())?;
+            let verdict = policy.validate_settings(&settings)?;
+            if !verdict.valid {
+                return Err(config::ConfigError {
+                    field: "--settings".into(),
+                    value: settings.to_string(),
+                    problem: format!(
+                        "Provided settings are not valid: {}",
+                        verdict.message.unwrap_or_default()
+                    ),
+                }
+                .into());
+            }
+            let request = policy::admission_request(&document).map_err(|e| config::ConfigError {
+                field: "FILE".into(),
+                value: file.display().to_string(),
+                problem: e.to_string(),
+            })?;
+            let response = policy.validate(request, &settings)?;
+            let answer = policy::admission_response(request, &response);
+            println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
+            if ctx.output == Output::Human
+                && let Ok(Some(patch)) = policy::decode_patch(&answer)
+            {
+                eprintln!(
+                    "decoded patch:\n{}",
+                    serde_json::to_string_pretty(&patch).unwrap_or_default()
+                );
+            }
+        }
+        #[cfg(feature = "sim")]
+        Command::Demo { policy } => {
+            let policy = load_policy(policy.as_ref())?;
+            jumppod_host::demo::run(policy).await?;
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let default_level = match cli.global.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let output = cli.global.output;
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            std::process::exit(exit::ERROR);
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    if let Err(e) = result {
+        let code = e.exit_code();
+        match output {
+            Output::Human => eprintln!("error: {e}"),
+            Output::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({"error": {
+                    "kind": e.kind(), "message": e.to_string(), "exitCode": code
+                }}))
+                .unwrap_or_default()
+            ),
+        }
+        std::process::exit(code);
+    }
+}

@@ -1,0 +1,129 @@
+//! The executor: sends the planned actions, nothing else. A create answered 409 AlreadyExists
+//! is a success (another host got there first); a delete answered 404 is a success; a delete
+//! whose uid precondition fails (409 Conflict: the object was replaced in between) deletes
+//! nothing and is reported. Transient errors are retried within the deadline (see `api`).
+
+use crate::api::{Kube, Op, explain, is_already_exists, is_precondition_failed, is_not_found};
+use crate::error::HostError;
+use crate::observe::op;
+use crate::plan::{Action, name_of};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use serde::Serialize;
+
+/// What happened to one action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    Done,
+    /// Create answered 409 AlreadyExists.
+    AlreadyExisted,
+    /// Delete answered 404.
+    AlreadyGone,
+    /// Delete precondition failed: another object of that name now exists; left alone.
+    ReplacedMeanwhile,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    pub action: String,
+    pub outcome: Outcome,
+}
+
+/// Sends the actions in order; stops at the first permanent error.
+pub async fn apply(kube: &Kube, namespace: &str, actions: &[Action]) -> Result<Vec<Applied>, HostError> {
+    let mut done = Vec::with_capacity(actions.len());
+    for action in actions {
+        let outcome = match action {
+            Action::CreateNamespace(ns) => {
+                let api: Api<Namespace> = Api::all(kube.client.clone());
+                create(kube, &api, ns, op("create", "namespaces", None, ns.metadata.name.as_deref())).await?
+            }
+            Action::CreateReplicaSet(rs) => {
+                let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), namespace);
+                create(
+                    kube,
+                    &api,
+                    rs.as_ref(),
+                    op("create", "replicasets", Some(namespace), rs.metadata.name.as_deref()),
+                )
+                .await?
+            }
+            Action::CreateService { service, keeps_port } => {
+                let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
+                let o = op("create", "services", Some(namespace), service.metadata.name.as_deref());
+                match create(kube, &api, service.as_ref(), o).await {
+                    Err(HostError::Api { message, code: 422, reason })
+                        if message.contains("already allocated") =>
+                    {
+                        let port = keeps_port.or_else(|| crate::plan::node_port(service));
+                        let why = if keeps_port.is_some() {
+                            "the NodePort the old Service had, which running jobs use as their SSH proxy port, was taken by another Service in the meantime"
+                        } else {
+                            "the configured NodePort is used by another Service"
+                        };
+                        return Err(HostError::Api {
+                            message: format!(
+                                "cannot create service {} on NodePort {}: {why}.\n  {message}\n  Find the Service holding it with `kubectl get services -A -o wide | grep {}` and free the port, then run `jumppod ensure` again; or set `port` to a free NodePort (running jobs then need their ssh_proxy updated).",
+                                name_of(&service.metadata),
+                                port.map(|p| p.to_string()).unwrap_or_default(),
+                                port.map(|p| p.to_string()).unwrap_or_default(),
+                            ),
+                            code: 422,
+                            reason,
+                        });
+                    }
+                    other => other?,
+                }
+            }
+            Action::DeletePod { name, uid, .. } => {
+                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+                delete(kube, &api, uid, op("delete", "pods", Some(namespace), Some(name))).await?
+            }
+            Action::DeleteService { name, uid, .. } => {
+                let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
+                delete(kube, &api, uid, op("delete", "services", Some(namespace), Some(name))).await?
+            }
+        };
+        tracing::info!("{action}: {outcome:?}");
+        done.push(Applied {
+            action: action.to_string(),
+            outcome,
+        });
+    }
+    Ok(done)
+}
+
+async fn create<K>(kube: &Kube, api: &Api<K>, obj: &K, op: Op<'_>) -> Result<Outcome, HostError>
+where
+    K: Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PostParams::default();
+    match kube.retry(&op, || api.create(&params, obj)).await {
+        Ok(_) => Ok(Outcome::Done),
+        Err(e) if is_already_exists(&e) => Ok(Outcome::AlreadyExisted),
+        Err(e) => Err(explain(&op, e)),
+    }
+}
+
+async fn delete<K>(kube: &Kube, api: &Api<K>, uid: &str, op: Op<'_>) -> Result<Outcome, HostError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let name = op.name.unwrap_or_default();
+    match kube.retry(&op, || api.delete(name, &params)).await {
+        Ok(_) => Ok(Outcome::Done),
+        Err(e) if is_not_found(&e) => Ok(Outcome::AlreadyGone),
+        Err(e) if is_precondition_failed(&e) => Ok(Outcome::ReplacedMeanwhile),
+        Err(e) => Err(explain(&op, e)),
+    }
+}

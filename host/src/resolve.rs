@@ -1,0 +1,185 @@
+//! `resolve`: what dstack's `update_provisioning_data()` does. Finds a ready jump pod behind the
+//! Service and answers the SSH proxy: hostname, the Service's NodePort, user root.
+//!
+//! Requests: the pods by instance label and the Service, concurrently (2 with `hostname`
+//! configured). The legacy pod by name only when no labelled pod is ready; the pod's node, or
+//! all nodes, only when `hostname` is not configured.
+
+use crate::api::Kube;
+use crate::config::Config;
+use crate::error::HostError;
+use crate::observe;
+use crate::plan::{self, Finding, is_finished, is_ready, name_of, node_port, phase_of};
+use jumppod::schema;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The SSH proxy of the project's jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Proxy {
+    pub hostname: String,
+    pub port: i32,
+    pub username: String,
+    /// The ready pod the Service routes to.
+    pub pod: String,
+    /// Whether that pod is the bare pod of an older release.
+    pub legacy: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolveReport {
+    pub proxy: Proxy,
+    pub warnings: Vec<Finding>,
+}
+
+impl std::fmt::Display for ResolveReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
+        }
+        let p = &self.proxy;
+        writeln!(
+            f,
+            "{}@{}:{}  (pod {}{})",
+            p.username,
+            p.hostname,
+            p.port,
+            p.pod,
+            if p.legacy { ", legacy bare pod" } else { "" }
+        )
+    }
+}
+
+fn matches(pod: &Pod, selector: &BTreeMap<String, String>) -> bool {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, HostError> {
+    let name = &config.name;
+    let ns = &config.namespace;
+    let (pods, svc) = tokio::try_join!(observe::pods(kube, config), observe::service(kube, config))?;
+    let Some(svc) = svc else {
+        return Err(HostError::NotReady(format!(
+            "no service {} in namespace {ns}: the jump pod is not provisioned; run `jumppod ensure`",
+            schema::service_name(name)
+        )));
+    };
+    let Some(port) = node_port(&svc) else {
+        return Err(HostError::NotReady(format!(
+            "service {} in namespace {ns} has no NodePort: it is not a jump-pod Service (type {}); delete it and run `jumppod ensure`",
+            schema::service_name(name),
+            svc.spec.as_ref().and_then(|s| s.type_.clone()).unwrap_or_default()
+        )));
+    };
+    let selector = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.clone())
+        .unwrap_or_default();
+    let mut warnings: Vec<Finding> = pods.iter().filter_map(plan::unschedulable).collect();
+
+    let mut chosen = pods
+        .iter()
+        .filter(|p| is_ready(p) && matches(p, &selector))
+        .max_by_key(|p| p.metadata.creation_timestamp.clone())
+        .cloned();
+    if chosen.is_none() {
+        // The bare pod of an older release, if the list did not already hold it.
+        let legacy = match pods.iter().find(|p| name_of(&p.metadata) == name) {
+            Some(p) => Some(p.clone()),
+            None => observe::legacy_pod(kube, config).await?,
+        };
+        if let Some(legacy) = legacy {
+            if let Some(u) = plan::unschedulable(&legacy) {
+                warnings.push(u);
+            }
+            if is_ready(&legacy) && matches(&legacy, &selector) {
+                chosen = Some(legacy);
+            } else if is_finished(&legacy) && !pods.iter().any(plan::is_active) {
+                let reason = legacy
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.reason.clone())
+                    .map(|r| format!(", {r}"))
+                    .unwrap_or_default();
+                return Err(HostError::NotReady(format!(
+                    "the jump pod {name} in namespace {ns} has finished ({}{reason}) and, being a bare pod of an older release, is never replaced: run `jumppod ensure` to replace it with a ReplicaSet",
+                    phase_of(&legacy)
+                )));
+            }
+        }
+    }
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    let Some(pod) = chosen else {
+        let mut message = format!(
+            "no ready jump pod behind service {} (selector {}) in namespace {ns}",
+            schema::service_name(name),
+            plan::selector_text(&selector)
+        );
+        let pending: Vec<String> = pods
+            .iter()
+            .filter(|p| plan::is_active(p))
+            .map(|p| format!("{} is {}", name_of(&p.metadata), phase_of(p)))
+            .collect();
+        if !pending.is_empty() {
+            message.push_str(&format!(": {}", pending.join(", ")));
+        }
+        for w in &warnings {
+            message.push_str(&format!("\n  {w}"));
+        }
+        if pods.is_empty() && warnings.is_empty() {
+            message.push_str("; run `jumppod ensure`");
+        }
+        return Err(HostError::NotReady(message));
+    };
+
+    let hostname = match &config.hostname {
+        Some(h) => h.clone(),
+        None => hostname_of(kube, &pod).await?,
+    };
+    let legacy = name_of(&pod.metadata) == name;
+    Ok(ResolveReport {
+        proxy: Proxy {
+            hostname,
+            port,
+            username: "root".into(),
+            pod: name_of(&pod.metadata).to_owned(),
+            legacy,
+        },
+        warnings,
+    })
+}
+
+fn external_ip(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .find(|a| a.type_ == "ExternalIP")
+        .map(|a| a.address.clone())
+}
+
+/// The ExternalIP of the pod's node, else of any node.
+async fn hostname_of(kube: &Kube, pod: &Pod) -> Result<String, HostError> {
+    if let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+        && let Some(node) = observe::node(kube, node_name).await?
+        && let Some(ip) = external_ip(&node)
+    {
+        return Ok(ip);
+    }
+    let nodes = observe::nodes(kube).await?;
+    nodes.iter().find_map(external_ip).ok_or_else(|| {
+        HostError::Config(crate::config::ConfigError {
+            field: "hostname".into(),
+            value: String::new(),
+            problem: "is required: no node of the cluster has an ExternalIP; set `hostname` (proxy_jump.hostname) to an address that reaches the nodes' NodePorts".into(),
+        })
+    })
+}

@@ -1,0 +1,170 @@
+//! Shared by the scenario tests: a simulated cluster with the jumppod policy as its admission
+//! webhook, a host client over real HTTP, and seeds of what older dstack releases left.
+#![allow(dead_code)]
+
+use jumppod::schema;
+use jumppod_host::api::{ClientOptions, Kube, client};
+use jumppod_host::config::{Config, RawConfig};
+use jumppod_host::demo::PolicyAdmission;
+use jumppod_host::policy::Policy;
+use jumppod_host::{EnsureReport, HostError, PolicyGate};
+use jumppod_sim::{RequestRecord, Sim, SimConfig};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+pub const NS: &str = "dstack";
+pub const NAME: &str = "dstack-main-ssh-jump-pod";
+pub const SVC: &str = "dstack-main-ssh-jump-pod-service";
+pub const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITest main@dstack";
+
+/// The policy Wasm, compiled once per test binary.
+pub fn policy() -> Arc<Policy> {
+    static POLICY: OnceLock<Arc<Policy>> = OnceLock::new();
+    POLICY
+        .get_or_init(|| Arc::new(Policy::builtin().expect("the policy Wasm is built into the host")))
+        .clone()
+}
+
+pub fn gate() -> PolicyGate {
+    PolicyGate::loaded(policy())
+}
+
+/// A simulator with Kubewarden's jumppod policy and controllers run only by `settle()`.
+pub fn sim_config() -> SimConfig {
+    SimConfig {
+        admission: Some(Arc::new(PolicyAdmission::new(policy()))),
+        background_controllers: false,
+        kubelet_delay: Duration::ZERO,
+        ..SimConfig::default()
+    }
+}
+
+pub async fn start() -> Sim {
+    Sim::start(sim_config()).await.expect("simulator")
+}
+
+/// A host client for a kubeconfig, with a short per-request timeout so stalls are retried.
+pub async fn kube_at(path: &Path) -> Kube {
+    let (client, _) = client(&ClientOptions {
+        kubeconfig: Some(path.to_owned()),
+        context: None,
+        request_timeout: Duration::from_millis(700),
+    })
+    .await
+    .expect("client");
+    let mut kube = Kube::new(client, Duration::from_secs(30));
+    kube.backoff = Duration::from_millis(20);
+    kube
+}
+
+pub async fn kube(sim: &Sim) -> Kube {
+    kube_at(sim.kubeconfig_path()).await
+}
+
+pub fn config(extra: &str) -> Config {
+    config_for(NS, "main", extra)
+}
+
+pub fn config_for(ns: &str, project: &str, extra: &str) -> Config {
+    RawConfig::from_text(&format!(
+        "namespace: {ns}\nproject: {project}\nssh_public_key: {KEY}\n{extra}"
+    ))
+    .unwrap()
+    .validate("default")
+    .unwrap()
+}
+
+pub async fn ensure(sim: &Sim, config: &Config) -> Result<EnsureReport, HostError> {
+    jumppod_host::ensure(&kube(sim).await, config, &gate()).await
+}
+
+pub fn namespace(sim: &Sim, ns: &str) {
+    sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+}
+
+/// The bare jump pod an older release created: `current` labels (after #3891) or only
+/// `app.kubernetes.io/name=<name>` (before). Bound to node-1, BestEffort.
+pub fn seed_legacy_pod(sim: &Sim, phase: &str, current: bool) -> Value {
+    let labels = if current {
+        schema::current_labels(NAME, "main")
+    } else {
+        schema::legacy_selector(NAME)
+    };
+    let (reason, ready) = match phase {
+        "Failed" => (Some("Evicted"), "False"),
+        "Running" => (None, "True"),
+        _ => (None, "False"),
+    };
+    let mut status = json!({"phase": phase, "qosClass": "BestEffort", "conditions": [
+        {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": ready}]});
+    if let Some(r) = reason {
+        status["reason"] = json!(r);
+        status["message"] = json!("The node was low on resource: memory. Container dstack-main-ssh-jump-pod-container was using 12Mi, request is 0.");
+    }
+    sim.seed(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": NAME, "namespace": NS, "labels": labels},
+        "spec": {"nodeName": "node-1", "restartPolicy": "Never",
+                 "containers": [{"name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE}]},
+        "status": status
+    }))
+}
+
+/// The Service an older release created, on `port`; `current`: with the current selector.
+pub fn seed_service(sim: &Sim, port: i32, current: bool) -> Value {
+    let selector = if current {
+        schema::current_selector(NAME)
+    } else {
+        schema::legacy_selector(NAME)
+    };
+    sim.seed(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": SVC, "namespace": NS},
+        "spec": {"type": "NodePort", "selector": selector,
+                 "ports": [{"port": 22, "targetPort": 22, "nodePort": port, "protocol": "TCP"}]}
+    }))
+}
+
+pub fn uid(obj: &Value) -> String {
+    obj["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
+}
+
+pub fn node_port(svc: &Value) -> i64 {
+    svc["spec"]["ports"][0]["nodePort"].as_i64().unwrap_or(0)
+}
+
+pub fn service(sim: &Sim) -> Value {
+    sim.get("services", Some(NS), SVC).expect("the service exists")
+}
+
+/// Pods of the namespace that are not finished and not being deleted.
+pub fn active_pods(sim: &Sim) -> Vec<Value> {
+    sim.list("pods", Some(NS))
+        .into_iter()
+        .filter(|p| {
+            !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded"))
+                && p["metadata"]["deletionTimestamp"].is_null()
+        })
+        .collect()
+}
+
+pub fn replicasets(sim: &Sim) -> Vec<Value> {
+    sim.list("replicasets", Some(NS))
+}
+
+/// Requests of `f`, discovery excluded.
+pub async fn requests_of<T, F: std::future::Future<Output = T>>(sim: &Sim, f: F) -> (T, Vec<RequestRecord>) {
+    sim.clear_requests();
+    let out = f.await;
+    (out, sim.requests())
+}
+
+pub fn writes(records: &[RequestRecord]) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}

@@ -1,0 +1,523 @@
+//! The scenarios of issue 4, end to end: the host library over real HTTP, through the real kube
+//! client, against the simulated API with the jumppod policy as its admission webhook.
+
+mod common;
+
+use common::*;
+use jumppod_host::HostError;
+use jumppod_host::apply::{self, Outcome};
+use jumppod_host::manifest::Desired;
+use jumppod_host::plan::{self, Finding};
+use jumppod_host::{observe, resolve};
+use jumppod_sim::{Fault, NodeSpec, SimConfig};
+use rstest::rstest;
+use serde_json::json;
+use std::time::Duration;
+
+/// 1. An empty namespace: namespace, ReplicaSet and Service are created; `resolve` gives
+/// host:port once the pod is Ready; then ensure and resolve stay within 2 requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_namespace_gets_a_replicaset_and_a_service_and_resolves_once_ready() {
+    let sim = start().await;
+    let config = config("hostname: jump.example.com");
+    let report = ensure(&sim, &config).await.unwrap();
+    assert_eq!(report.applied.len(), 3, "{report}");
+    assert!(report.policy_checked);
+    assert!(sim.get("namespaces", None, NS).is_some());
+    let rs = sim.get("replicasets", Some(NS), NAME).expect("replicaset");
+    assert_eq!(rs["spec"]["selector"]["matchLabels"], json!({"app.kubernetes.io/instance": NAME}));
+    let svc = service(&sim);
+    assert_eq!(svc["spec"]["selector"], json!({"app.kubernetes.io/instance": NAME}));
+    assert_eq!(svc["spec"]["type"], "NodePort");
+
+    // Before the kubelet has run the pod: not ready, a clear error.
+    let err = resolve::resolve(&kube(&sim).await, &config).await.unwrap_err();
+    assert!(matches!(err, HostError::NotReady(_)), "{err}");
+
+    sim.settle().await;
+    let pods = active_pods(&sim);
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0]["status"]["qosClass"], "Guaranteed");
+    let (proxy, records) = requests_of(&sim, async {
+        resolve::resolve(&kube(&sim).await, &config).await.unwrap()
+    })
+    .await;
+    assert_eq!(proxy.proxy.hostname, "jump.example.com");
+    assert_eq!(i64::from(proxy.proxy.port), node_port(&svc));
+    assert_eq!(proxy.proxy.username, "root");
+    assert!(!proxy.proxy.legacy);
+    assert!(records.len() <= 2, "resolve made {records:?}");
+
+    let (report, records) = requests_of(&sim, ensure(&sim, &config)).await;
+    let report = report.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+    assert!(!report.policy_checked, "nothing to write, nothing to check");
+    assert!(records.len() <= 2, "steady-state ensure made {records:?}");
+}
+
+/// Without `hostname`, the proxy is the ExternalIP of the pod's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_hostname_the_proxy_is_the_external_ip_of_the_pods_node() {
+    let sim = start().await;
+    let config = config("");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let report = resolve::resolve(&kube(&sim).await, &config).await.unwrap();
+    let pod = sim.get("pods", Some(NS), &report.proxy.pod).unwrap();
+    let node = sim.get("nodes", None, pod["spec"]["nodeName"].as_str().unwrap()).unwrap();
+    let external = node["status"]["addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["type"] == "ExternalIP")
+        .unwrap()["address"]
+        .clone();
+    assert_eq!(json!(report.proxy.hostname), external);
+}
+
+/// 2. A running bare pod with the current labels (a release after #3891): the ReplicaSet
+/// adopts it, no second pod is started, the Service is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_bare_pod_with_current_labels_is_adopted_and_the_service_kept() {
+    let sim = start().await;
+    namespace(&sim, NS);
+    seed_legacy_pod(&sim, "Running", true);
+    let svc = seed_service(&sim, 30100, true);
+    let config = config("hostname: h");
+    let report = ensure(&sim, &config).await.unwrap();
+    assert!(
+        report.findings.contains(&Finding::LegacyPodAdoptable { pod: NAME.into(), adopted: false }),
+        "{report}"
+    );
+    sim.settle().await;
+    let pods = active_pods(&sim);
+    assert_eq!(pods.len(), 1, "no second pod: {pods:#?}");
+    assert_eq!(pods[0]["metadata"]["name"], NAME);
+    assert_eq!(pods[0]["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
+    assert_eq!(pods[0]["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(uid(&service(&sim)), uid(&svc), "the Service is kept");
+    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30100));
+}
+
+/// 3. A finished bare pod (Evicted, or Succeeded): deleted; the ReplicaSet's pod takes over.
+#[rstest]
+#[case::evicted("Failed")]
+#[case::succeeded("Succeeded")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over(#[case] phase: &str) {
+    let sim = start().await;
+    namespace(&sim, NS);
+    let legacy = seed_legacy_pod(&sim, phase, true);
+    seed_service(&sim, 30101, true);
+    let config = config("hostname: h");
+    let report = ensure(&sim, &config).await.unwrap();
+    assert!(
+        report.applied.iter().any(|a| a.action.starts_with(&format!("delete pod {NAME}"))),
+        "{report}"
+    );
+    let gone = sim.get("pods", Some(NS), NAME);
+    assert!(gone.is_none_or(|p| uid(&p) != uid(&legacy)), "the finished pod is deleted");
+    sim.settle().await;
+    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    assert!(proxy.pod.starts_with(&format!("{NAME}-")), "{proxy:?}");
+    assert_eq!(proxy.port, 30101);
+}
+
+/// 4. A running pre-#3891 pod with its old-selector Service on NodePort N: left alone;
+/// `resolve` falls back to it; once it is gone, the Service is recreated with the current
+/// selector on N.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_port() {
+    let sim = start().await;
+    namespace(&sim, NS);
+    let legacy = seed_legacy_pod(&sim, "Running", false);
+    let old_svc = seed_service(&sim, 30222, false);
+    let config = config("hostname: h");
+
+    let report = ensure(&sim, &config).await.unwrap();
+    assert_eq!(report.applied.len(), 1, "only the ReplicaSet: {report}");
+    assert!(report.findings.contains(&Finding::LegacyServiceKept {
+        service: SVC.into(),
+        node_port: Some(30222)
+    }));
+    sim.settle().await;
+    let pod = sim.get("pods", Some(NS), NAME).expect("left alone");
+    assert_eq!(uid(&pod), uid(&legacy));
+    assert!(pod["metadata"]["ownerReferences"].is_null(), "a pre-#3891 pod is not adopted");
+    assert_eq!(uid(&service(&sim)), uid(&old_svc));
+    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    assert!(proxy.legacy, "the Service still routes to the legacy pod: {proxy:?}");
+    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30222));
+
+    // A second ensure changes nothing while the legacy pod runs.
+    let report = ensure(&sim, &config).await.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+
+    sim.delete("pods", Some(NS), NAME);
+    let report = ensure(&sim, &config).await.unwrap();
+    let actions: Vec<&str> = report.applied.iter().map(|a| a.action.as_str()).collect();
+    assert_eq!(actions.len(), 2, "{report}");
+    let svc = service(&sim);
+    assert_ne!(uid(&svc), uid(&old_svc), "recreated");
+    assert_eq!(svc["spec"]["selector"], json!({"app.kubernetes.io/instance": NAME}));
+    assert_eq!(node_port(&svc), 30222, "the same NodePort");
+    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    assert_eq!(proxy.port, 30222);
+    assert!(!proxy.legacy);
+}
+
+/// 5. A finished pre-#3891 pod: `resolve` fails at once with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
+    let sim = start().await;
+    namespace(&sim, NS);
+    seed_legacy_pod(&sim, "Failed", false);
+    seed_service(&sim, 30223, false);
+    let (result, records) = requests_of(&sim, async {
+        resolve::resolve(&kube(&sim).await, &config("hostname: h")).await
+    })
+    .await;
+    let err = result.unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.exit_code(), 4);
+    assert!(text.contains("has finished (Failed, Evicted)"), "{text}");
+    assert!(text.contains("never replaced") && text.contains("jumppod ensure"), "{text}");
+    assert_eq!(records.len(), 3, "pods, service, then the legacy pod: {records:?}");
+}
+
+/// 6. The ReplicaSet's pod evicted, or its node removed: replaced; `resolve` picks the ready
+/// one; the NodePort is unchanged.
+#[rstest]
+#[case::evicted(true)]
+#[case::node_removed(false)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicasets_pod_is_replaced_and_the_node_port_unchanged(#[case] evict: bool) {
+    let sim = start().await;
+    let config = config("hostname: h");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let before = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    if evict {
+        sim.evict_pod(NS, &before.pod);
+    } else {
+        let pod = sim.get("pods", Some(NS), &before.pod).unwrap();
+        sim.remove_node(pod["spec"]["nodeName"].as_str().unwrap());
+    }
+    sim.settle().await;
+    let after = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    assert_ne!(after.pod, before.pod, "a replacement");
+    assert_eq!(after.port, before.port);
+    assert_eq!(active_pods(&sim).len(), 1);
+    // The evicted pod stays Failed (the controller does not delete it); ensure does not
+    // touch pods it did not name.
+    let report = ensure(&sim, &config).await.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+}
+
+/// 7. An unschedulable jump pod: ensure and resolve warn with the scheduler's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_reason() {
+    let sim = start().await;
+    let config = config("hostname: h\ncpu: '64'\nmemory: 1Gi");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let report = ensure(&sim, &config).await.unwrap();
+    let Some(Finding::Unschedulable { reason, message, .. }) = report
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::Unschedulable { .. }))
+    else {
+        panic!("no unschedulable finding: {report}")
+    };
+    assert_eq!(reason, "Unschedulable");
+    assert!(message.contains("0/3 nodes are available") && message.contains("Insufficient cpu"), "{message}");
+    let err = resolve::resolve(&kube(&sim).await, &config).await.unwrap_err();
+    assert_eq!(err.exit_code(), 4);
+    assert!(err.to_string().contains("Insufficient cpu"), "{err}");
+}
+
+/// 8a. 50 concurrent `ensure` calls: one ReplicaSet, one Service, no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {
+    let sim = start().await;
+    let config = config("");
+    let gate = gate();
+    let kube = kube(&sim).await;
+    let calls = (0..50).map(|_| jumppod_host::ensure(&kube, &config, &gate));
+    let results = futures_join_all(calls).await;
+    for r in &results {
+        assert!(r.is_ok(), "{:?}", r.as_ref().err().map(ToString::to_string));
+    }
+    assert_eq!(replicasets(&sim).len(), 1);
+    assert_eq!(sim.list("services", Some(NS)).len(), 1);
+    sim.settle().await;
+    assert_eq!(active_pods(&sim).len(), 1);
+    let created = sim.count(|r| r.method == "POST" && r.status == 201);
+    assert_eq!(created, 3, "namespace, replicaset, service created once each");
+}
+
+/// 8b. Two hosts racing through the upgrade path: one Service on the old NodePort, no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port() {
+    let sim = start().await;
+    namespace(&sim, NS);
+    seed_legacy_pod(&sim, "Failed", false);
+    seed_service(&sim, 30224, false);
+    let config = config("");
+    let (a, b) = (kube(&sim).await, kube(&sim).await);
+    let (gate_a, gate_b) = (gate(), gate());
+    let (ra, rb) = tokio::join!(
+        jumppod_host::ensure(&a, &config, &gate_a),
+        jumppod_host::ensure(&b, &config, &gate_b)
+    );
+    ra.unwrap();
+    rb.unwrap();
+    let services = sim.list("services", Some(NS));
+    assert_eq!(services.len(), 1);
+    assert_eq!(node_port(&services[0]), 30224);
+    assert_eq!(services[0]["spec"]["selector"], json!({"app.kubernetes.io/instance": NAME}));
+    assert_eq!(replicasets(&sim).len(), 1);
+}
+
+/// 9. An older release in the loop, recreating its bare pod and Service on each run: with
+/// the policy the bare pod is labelled at creation and adopted, the ReplicaSet deletes the
+/// surplus pod, the Service (never deleted) keeps its NodePort. The cost: one pod created
+/// and deleted per run of the older release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_release_in_the_loop_converges() {
+    let sim = start().await;
+    let config = config("hostname: h");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let port = node_port(&service(&sim));
+    let first_pod = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy.pod;
+    let mut churn = 0;
+    for _ in 0..5 {
+        // What dstack before #3891 did in run_job(): create the bare pod and the Service.
+        let pod = sim.create("pods", Some(NS), json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}},
+            "spec": {"containers": [{"name": format!("{NAME}-container"), "image": "sshd"}]}
+        }));
+        if pod.is_ok() {
+            churn += 1;
+        }
+        let svc = sim.create("services", Some(NS), json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": SVC},
+            "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/name": NAME},
+                     "ports": [{"port": 22, "targetPort": 22}]}
+        }));
+        assert_eq!(svc.unwrap_err()["reason"], "AlreadyExists");
+        sim.settle().await;
+        ensure(&sim, &config).await.unwrap();
+        sim.settle().await;
+        let active = active_pods(&sim);
+        assert_eq!(active.len(), 1, "{active:#?}");
+        assert_eq!(node_port(&service(&sim)), port);
+        let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+        assert_eq!(proxy.port as i64, port);
+        assert_eq!(proxy.pod, first_pod, "the ReplicaSet keeps its older, ready pod");
+    }
+    assert_eq!(churn, 5, "each run of the older release costs one pod created and deleted");
+}
+
+/// 11a. Faults on each call of a first ensure: retried, end state correct.
+#[rstest]
+#[case::get_replicaset_429("GET", "/replicasets/", Fault::status("GET", "/replicasets/", 429, 2))]
+#[case::get_service_500("GET", "/services/", Fault::status("GET", "/services/", 500, 2))]
+#[case::get_namespace_503("GET", "/api/v1/namespaces/dstack", Fault::status("GET", "/api/v1/namespaces/dstack", 503, 1))]
+#[case::list_pods_dropped("GET", "/pods", Fault::drop_connection("GET", "/pods", 1))]
+#[case::create_namespace_stalled("POST", "/api/v1/namespaces", Fault::stall("POST", "/api/v1/namespaces", Duration::from_secs(2), 1))]
+#[case::create_replicaset_500_after_it_happened("POST", "/replicasets", Fault::status_after("POST", "/replicasets", 500, 1))]
+#[case::create_replicaset_409_conflict("POST", "/replicasets", Fault::status("POST", "/replicasets", 409, 1))]
+#[case::create_service_dropped("POST", "/services", Fault::drop_connection("POST", "/services", 1))]
+#[case::create_service_429("POST", "/services", Fault::status("POST", "/services", 429, 1))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_faults_on_a_first_ensure_are_retried(
+    #[case] method: &str,
+    #[case] path: &str,
+    #[case] fault: Fault,
+) {
+    let sim = start().await;
+    sim.inject(fault);
+    ensure(&sim, &config("")).await.unwrap();
+    assert!(
+        sim.count(|r| r.method == method && r.path.contains(path)) >= 2,
+        "the faulty call was retried: {:#?}",
+        sim.requests()
+    );
+    assert!(sim.get("namespaces", None, NS).is_some());
+    assert_eq!(replicasets(&sim).len(), 1);
+    assert_eq!(sim.list("services", Some(NS)).len(), 1);
+}
+
+/// 11b. Faults on the deletes of the upgrade path: retried; only the named objects go; the
+/// Service comes back on the old port.
+#[rstest]
+#[case::delete_pod_503(Fault::status("DELETE", "/pods/", 503, 1))]
+#[case::delete_pod_dropped(Fault::drop_connection("DELETE", "/pods/", 1))]
+#[case::delete_service_500_after_it_happened(Fault::status_after("DELETE", "/services/", 500, 1))]
+#[case::delete_service_stalled(Fault::stall("DELETE", "/services/", Duration::from_secs(2), 1))]
+#[case::create_service_after_delete_503(Fault::status("POST", "/services", 503, 2))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_faults_on_the_upgrade_path_are_retried(#[case] fault: Fault) {
+    let sim = start().await;
+    namespace(&sim, NS);
+    seed_legacy_pod(&sim, "Failed", false);
+    seed_service(&sim, 30225, false);
+    // A pod of another application, named nothing like ours, must survive.
+    sim.seed(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": NS, "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}}));
+    sim.inject(fault);
+    ensure(&sim, &config("")).await.unwrap();
+    assert!(sim.get("pods", Some(NS), NAME).is_none());
+    assert!(sim.get("pods", Some(NS), "web").is_some());
+    let svc = service(&sim);
+    assert_eq!(node_port(&svc), 30225);
+    assert_eq!(svc["spec"]["selector"], json!({"app.kubernetes.io/instance": NAME}));
+}
+
+/// 11c. Permanent errors are reported with what to do, and nothing after them is written.
+#[rstest]
+#[case::forbidden_replicaset_create(Fault::status("POST", "/replicasets", 403, 1), 5, "`create` verb on `replicasets`")]
+#[case::invalid_service_create(Fault::status("POST", "/services", 422, 1), 5, "create services")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_errors_are_reported(#[case] fault: Fault, #[case] code: i32, #[case] text: &str) {
+    let sim = start().await;
+    sim.inject(fault);
+    let err = ensure(&sim, &config("")).await.unwrap_err();
+    assert_eq!(err.exit_code(), code, "{err}");
+    assert!(err.to_string().contains(text), "{err}");
+}
+
+/// 11d. Unavailable until the deadline: gives up with a message, exit code 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_down_past_the_deadline_is_reported() {
+    let sim = start().await;
+    sim.inject(Fault::status("GET", "", 503, 10_000));
+    let mut kube = kube(&sim).await;
+    kube.deadline = std::time::Instant::now() + Duration::from_millis(300);
+    let err = jumppod_host::ensure(&kube, &config(""), &gate()).await.unwrap_err();
+    assert_eq!(err.exit_code(), 1);
+    assert!(err.to_string().contains("kept failing"), "{err}");
+    assert!(writes(&sim.requests()).is_empty());
+}
+
+/// 11e. Nothing deleted by mistake: a legacy pod replaced between observe and apply survives
+/// (the delete carries the uid it was decided on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_replaced_between_observe_and_apply_is_not_deleted() {
+    let sim = start().await;
+    namespace(&sim, NS);
+    seed_legacy_pod(&sim, "Failed", true);
+    seed_service(&sim, 30226, true);
+    let config = config("");
+    let kube = kube(&sim).await;
+    let observed = observe::for_ensure(&kube, &config).await.unwrap();
+    let plan = plan::plan(&config, &Desired::from_config(&config), &observed);
+    assert!(plan.actions.iter().any(|a| matches!(a, plan::Action::DeletePod { .. })));
+    // Meanwhile the older release recreates its pod under the same name.
+    sim.delete("pods", Some(NS), NAME);
+    let replacement = seed_legacy_pod(&sim, "Running", true);
+    let applied = apply::apply(&kube, NS, &plan.actions).await.unwrap();
+    let delete = applied.iter().find(|a| a.action.starts_with("delete pod")).unwrap();
+    assert_eq!(delete.outcome, Outcome::ReplacedMeanwhile);
+    let pod = sim.get("pods", Some(NS), NAME).expect("the new pod survives");
+    assert_eq!(uid(&pod), uid(&replacement));
+}
+
+/// 12. A configuration below the floor: rejected by the policy before any write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write() {
+    let sim = start().await;
+    let (result, records) = requests_of(&sim, ensure(&sim, &config("cpu: 50m"))).await;
+    let err = result.unwrap_err();
+    assert_eq!(err.exit_code(), 3);
+    let text = err.to_string();
+    assert!(text.contains("cpu") && text.contains("50m") && text.contains("100m"), "{text}");
+    assert!(text.contains("nothing was written"), "{text}");
+    assert_eq!(writes(&records), Vec::<String>::new());
+    assert!(sim.get("namespaces", None, NS).is_none());
+}
+
+/// Drift: a ReplicaSet with older resources is reported with kubectl commands, not rewritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
+    let sim = start().await;
+    ensure(&sim, &config("cpu: 250m")).await.unwrap();
+    sim.settle().await;
+    let (report, records) = requests_of(&sim, ensure(&sim, &config(""))).await;
+    let report = report.unwrap();
+    assert_eq!(writes(&records), Vec::<String>::new());
+    assert!(records.len() <= 2);
+    let text = report.to_string();
+    assert!(text.contains("resources.requests.cpu: found 250m, configured 500m"), "{text}");
+    assert!(text.contains("kubectl -n dstack set resources replicaset dstack-main-ssh-jump-pod"), "{text}");
+}
+
+/// Nodes with taints and a node selector: the pod lands where the configuration says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_selector_and_tolerations_place_the_pod() {
+    let mut cfg = sim_config();
+    cfg.nodes = vec![
+        NodeSpec::new("plain").ips("203.0.113.1", "10.0.0.1"),
+        NodeSpec::new("jump")
+            .ips("203.0.113.2", "10.0.0.2")
+            .label("pool", "jump")
+            .taint("dedicated", "jump", "NoSchedule"),
+    ];
+    let sim = jumppod_sim::Sim::start(cfg).await.unwrap();
+    let config = config("node_selector: {pool: jump}\ntolerations: [{key: dedicated, operator: Equal, value: jump, effect: NoSchedule}]");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    assert_eq!(proxy.hostname, "203.0.113.2");
+}
+
+/// Without any ExternalIP and no `hostname`, resolve asks for `hostname`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_any_external_ip_resolve_asks_for_a_hostname() {
+    let sim = jumppod_sim::Sim::start(SimConfig {
+        nodes: vec![NodeSpec::new("n1")],
+        ..sim_config()
+    })
+    .await
+    .unwrap();
+    let config = config("");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let err = resolve::resolve(&kube(&sim).await, &config).await.unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("`hostname`"), "{err}");
+}
+
+async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut set = Vec::new();
+    for f in futures {
+        set.push(f);
+    }
+    // Poll them all concurrently on this task.
+    let mut pinned: Vec<_> = set.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.unwrap()).collect()
+}
