@@ -78,7 +78,11 @@ impl Kube {
     }
 
     /// Runs `f` until it succeeds, fails permanently, or the deadline would pass.
-    pub async fn retry<T, Fut>(&self, op: &Op<'_>, mut f: impl FnMut() -> Fut) -> Result<T, kube::Error>
+    pub async fn retry<T, Fut>(
+        &self,
+        op: &Op<'_>,
+        mut f: impl FnMut() -> Fut,
+    ) -> Result<T, kube::Error>
     where
         Fut: Future<Output = Result<T, kube::Error>>,
     {
@@ -98,7 +102,9 @@ impl Kube {
                 tracing::warn!("{op}: giving up after {attempt} attempts: {err}");
                 return Err(err);
             }
-            tracing::info!("{op}: transient error (attempt {attempt}), retrying in {wait:?}: {err}");
+            tracing::info!(
+                "{op}: transient error (attempt {attempt}), retrying in {wait:?}: {err}"
+            );
             tokio::time::sleep(wait).await;
             delay = (delay * 2).min(self.max_backoff);
         }
@@ -176,7 +182,9 @@ pub fn explain(op: &Op<'_>, err: kube::Error) -> HostError {
                 format!("API group {}", op.group)
             };
             let hint = match status.code {
-                401 => "the credentials of the kubeconfig are not accepted; refresh them".to_owned(),
+                401 => {
+                    "the credentials of the kubeconfig are not accepted; refresh them".to_owned()
+                }
                 403 => format!(
                     "jumppod needs the `{}` verb on `{}` ({group}){}: the rules printed by `jumppod rbac --namespace {}` grant exactly what it uses",
                     op.verb,
@@ -197,7 +205,10 @@ pub fn explain(op: &Op<'_>, err: kube::Error) -> HostError {
             let message = if hint.is_empty() {
                 format!("cannot {op}: {} ({})", status.message, status.reason)
             } else {
-                format!("cannot {op}: {} ({})\n  {hint}", status.message, status.reason)
+                format!(
+                    "cannot {op}: {} ({})\n  {hint}",
+                    status.message, status.reason
+                )
             };
             HostError::Api {
                 message,

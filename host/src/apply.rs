@@ -3,7 +3,7 @@
 //! whose uid precondition fails (409 Conflict: the object was replaced in between) deletes
 //! nothing and is reported. Transient errors are retried within the deadline (see `api`).
 
-use crate::api::{Kube, Op, explain, is_already_exists, is_precondition_failed, is_not_found};
+use crate::api::{Kube, Op, explain, is_already_exists, is_not_found, is_precondition_failed};
 use crate::error::HostError;
 use crate::observe::op;
 use crate::plan::{Action, name_of};
@@ -33,13 +33,23 @@ pub struct Applied {
 }
 
 /// Sends the actions in order; stops at the first permanent error.
-pub async fn apply(kube: &Kube, namespace: &str, actions: &[Action]) -> Result<Vec<Applied>, HostError> {
+pub async fn apply(
+    kube: &Kube,
+    namespace: &str,
+    actions: &[Action],
+) -> Result<Vec<Applied>, HostError> {
     let mut done = Vec::with_capacity(actions.len());
     for action in actions {
         let outcome = match action {
             Action::CreateNamespace(ns) => {
                 let api: Api<Namespace> = Api::all(kube.client.clone());
-                create(kube, &api, ns, op("create", "namespaces", None, ns.metadata.name.as_deref())).await?
+                create(
+                    kube,
+                    &api,
+                    ns,
+                    op("create", "namespaces", None, ns.metadata.name.as_deref()),
+                )
+                .await?
             }
             Action::CreateReplicaSet(rs) => {
                 let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), namespace);
@@ -47,17 +57,32 @@ pub async fn apply(kube: &Kube, namespace: &str, actions: &[Action]) -> Result<V
                     kube,
                     &api,
                     rs.as_ref(),
-                    op("create", "replicasets", Some(namespace), rs.metadata.name.as_deref()),
+                    op(
+                        "create",
+                        "replicasets",
+                        Some(namespace),
+                        rs.metadata.name.as_deref(),
+                    ),
                 )
                 .await?
             }
-            Action::CreateService { service, keeps_port } => {
+            Action::CreateService {
+                service,
+                keeps_port,
+            } => {
                 let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
-                let o = op("create", "services", Some(namespace), service.metadata.name.as_deref());
+                let o = op(
+                    "create",
+                    "services",
+                    Some(namespace),
+                    service.metadata.name.as_deref(),
+                );
                 match create(kube, &api, service.as_ref(), o).await {
-                    Err(HostError::Api { message, code: 422, reason })
-                        if message.contains("already allocated") =>
-                    {
+                    Err(HostError::Api {
+                        message,
+                        code: 422,
+                        reason,
+                    }) if message.contains("already allocated") => {
                         let port = keeps_port.or_else(|| crate::plan::node_port(service));
                         let why = if keeps_port.is_some() {
                             "the NodePort the old Service had, which running jobs use as their SSH proxy port, was taken by another Service in the meantime"
@@ -80,11 +105,23 @@ pub async fn apply(kube: &Kube, namespace: &str, actions: &[Action]) -> Result<V
             }
             Action::DeletePod { name, uid, .. } => {
                 let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-                delete(kube, &api, uid, op("delete", "pods", Some(namespace), Some(name))).await?
+                delete(
+                    kube,
+                    &api,
+                    uid,
+                    op("delete", "pods", Some(namespace), Some(name)),
+                )
+                .await?
             }
             Action::DeleteService { name, uid, .. } => {
                 let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
-                delete(kube, &api, uid, op("delete", "services", Some(namespace), Some(name))).await?
+                delete(
+                    kube,
+                    &api,
+                    uid,
+                    op("delete", "services", Some(namespace), Some(name)),
+                )
+                .await?
             }
         };
         tracing::info!("{action}: {outcome:?}");

@@ -259,7 +259,9 @@ impl RawConfig {
                 ));
             }
         }
-        let policy_settings = self.policy_settings.unwrap_or(Value::Object(Default::default()));
+        let policy_settings = self
+            .policy_settings
+            .unwrap_or(Value::Object(Default::default()));
         let settings = Settings::from_json(policy_settings.to_string().as_bytes())
             .map_err(|e| err("policy_settings", &policy_settings, e.to_string()))?;
         let contract = settings
@@ -322,7 +324,11 @@ fn quantity(field: &str, text: Option<String>, default: &str) -> Result<String, 
     match Quantity::parse(&text) {
         Ok(q) if q.is_negative() || q.is_zero() => Err(err(field, &text, "must be positive")),
         Ok(_) => Ok(text),
-        Err(e) => Err(err(field, &text, format!("is not a Kubernetes quantity: {e}"))),
+        Err(e) => Err(err(
+            field,
+            &text,
+            format!("is not a Kubernetes quantity: {e}"),
+        )),
     }
 }
 
@@ -451,21 +457,40 @@ policy_settings: {cpu: {minimum: 200m}}
 
     #[rstest]
     #[case::a_missing_project_is_named("namespace: x", "project", "")]
-    #[case::an_upper_case_namespace_is_named("project: p\nnamespace: Dstack", "namespace", "Dstack")]
+    #[case::an_upper_case_namespace_is_named(
+        "project: p\nnamespace: Dstack",
+        "namespace",
+        "Dstack"
+    )]
     #[case::an_unparsable_cpu_is_named("project: p\ncpu: 1 core", "cpu", "1 core")]
     #[case::a_zero_memory_is_named("project: p\nmemory: '0'", "memory", "0")]
     #[case::a_port_out_of_range_is_named("project: p\nport: 70000", "port", "70000")]
     #[case::a_project_with_underscores_is_named("project: my_proj", "project", "my_proj")]
     #[case::a_project_too_long_for_the_service_name_is_named(
-        "project: abcdefghijabcdefghijabcdefghijabcdefghij", "project", "abcdefghijabcdefghijabcdefghijabcdefghij")]
+        "project: abcdefghijabcdefghijabcdefghijabcdefghij",
+        "project",
+        "abcdefghijabcdefghijabcdefghijabcdefghij"
+    )]
     #[case::a_key_that_is_not_a_public_key_is_named(
-        "project: p\nssh_public_key: hello", "ssh_public_key", "hello")]
+        "project: p\nssh_public_key: hello",
+        "ssh_public_key",
+        "hello"
+    )]
     #[case::a_bad_toleration_operator_is_named(
-        "project: p\ntolerations: [{key: a, operator: In}]", "tolerations[0].operator", "In")]
+        "project: p\ntolerations: [{key: a, operator: In}]",
+        "tolerations[0].operator",
+        "In"
+    )]
     #[case::policy_settings_below_the_floor_are_named(
-        "project: p\npolicy_settings: {cpu: {minimum: 50m}}", "policy_settings", "")]
+        "project: p\npolicy_settings: {cpu: {minimum: 50m}}",
+        "policy_settings",
+        ""
+    )]
     #[case::hostname_twice_is_refused(
-        "project: p\nhostname: a\nproxy_jump: {hostname: b}", "proxy_jump", "")]
+        "project: p\nhostname: a\nproxy_jump: {hostname: b}",
+        "proxy_jump",
+        ""
+    )]
     fn invalid_values_are_named(#[case] yaml: &str, #[case] field: &str, #[case] value: &str) {
         let e = raw(yaml).validate("default").unwrap_err();
         assert_eq!(e.field, field, "{e}");
@@ -482,7 +507,12 @@ policy_settings: {cpu: {minimum: 200m}}
     }
 
     #[rstest]
-    #[case::key_value_effect("dedicated=jump:NoSchedule", Some("jump"), "Equal", Some("NoSchedule"))]
+    #[case::key_value_effect(
+        "dedicated=jump:NoSchedule",
+        Some("jump"),
+        "Equal",
+        Some("NoSchedule")
+    )]
     #[case::key_effect_means_exists("gpu:NoSchedule", None, "Exists", Some("NoSchedule"))]
     #[case::key_alone_tolerates_every_effect("gpu", None, "Exists", None)]
     fn tolerations_parse_like_kubectl_taints(

@@ -184,12 +184,16 @@ pub async fn run(policy: Policy) -> Result<(), HostError> {
     heading("2. resolve: no labelled pod yet, so it falls back to the legacy pod");
     print!("{}", resolve::resolve(&kube(), &config).await?);
 
-    heading("3. ensure: the ReplicaSet is created (checked by the policy first); the pre-#3891 pod and its Service are left alone");
+    heading(
+        "3. ensure: the ReplicaSet is created (checked by the policy first); the pre-#3891 pod and its Service are left alone",
+    );
     print!("{}", ensure::ensure(&kube(), &config, &gate).await?);
     sim.settle().await;
     print!("{}", status::status(&kube(), &config).await?);
 
-    heading("4. The kubelet evicts the legacy pod (memory pressure: it was BestEffort)");
+    heading(
+        "4. The kubelet evicts the legacy pod (memory pressure: it was BestEffort); the old Service now routes nowhere",
+    );
     sim.evict_pod("dstack", &name);
     sim.settle().await;
     match resolve::resolve(&kube(), &config).await {
@@ -197,7 +201,9 @@ pub async fn run(policy: Policy) -> Result<(), HostError> {
         Err(e) => println!("resolve: {e}"),
     }
 
-    heading("5. ensure: the finished pod is deleted, the Service recreated with the current selector on the same NodePort");
+    heading(
+        "5. ensure: the finished pod is deleted, the Service recreated with the current selector on the same NodePort",
+    );
     print!("{}", ensure::ensure(&kube(), &config, &gate).await?);
     sim.settle().await;
     let report = resolve::resolve(&kube(), &config).await?;
@@ -221,7 +227,10 @@ pub async fn run(policy: Policy) -> Result<(), HostError> {
     with_host.hostname = Some("jump.example.com".into());
     let from = sim.requests().len();
     print!("resolve: {}", resolve::resolve(&kube(), &with_host).await?);
-    println!("API requests (hostname configured): {}", count_since(&sim, from));
+    println!(
+        "API requests (hostname configured): {}",
+        count_since(&sim, from)
+    );
     print!("{}", status::status(&kube(), &config).await?);
     sim.shutdown().await;
     Ok(())

@@ -54,7 +54,11 @@ impl PolicyGate {
     }
 
     /// Evaluates the ReplicaSet as Kubewarden would on CREATE; Ok(warnings) when accepted.
-    pub fn check_replicaset(&self, rs: &ReplicaSet, settings: &Value) -> Result<Vec<String>, HostError> {
+    pub fn check_replicaset(
+        &self,
+        rs: &ReplicaSet,
+        settings: &Value,
+    ) -> Result<Vec<String>, HostError> {
         let policy = self.policy()?;
         let request = replicaset_request(rs)?;
         let verdict = policy.validate(&request, settings)?;
@@ -144,7 +148,11 @@ impl std::fmt::Display for EnsureReport {
 
 /// Makes the namespace, the ReplicaSet and the Service exist and cleans up after older
 /// releases. Unschedulable pods and drift are reported, not errors.
-pub async fn ensure(kube: &Kube, config: &Config, gate: &PolicyGate) -> Result<EnsureReport, HostError> {
+pub async fn ensure(
+    kube: &Kube,
+    config: &Config,
+    gate: &PolicyGate,
+) -> Result<EnsureReport, HostError> {
     let desired = Desired::from_config(config);
     let observed = observe::for_ensure(kube, config).await?;
     let plan = plan::plan(config, &desired, &observed);
@@ -155,7 +163,10 @@ pub async fn ensure(kube: &Kube, config: &Config, gate: &PolicyGate) -> Result<E
         }
     }
     let check = !plan.actions.is_empty()
-        || plan.findings.iter().any(|f| matches!(f, Finding::Drift { .. }));
+        || plan
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::Drift { .. }));
     let policy_warnings = if check {
         gate.check_replicaset(&desired.replicaset, &config.policy_settings)?
     } else {

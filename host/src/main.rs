@@ -221,11 +221,15 @@ impl Target {
         };
         let ssh_public_key = match (&self.ssh_public_key, &self.ssh_public_key_file) {
             (Some(k), _) => Some(k.clone()),
-            (None, Some(path)) => Some(std::fs::read_to_string(path).map_err(|e| config::ConfigError {
-                field: "--ssh-public-key-file".into(),
-                value: path.display().to_string(),
-                problem: format!("cannot read it: {e}"),
-            })?),
+            (None, Some(path)) => {
+                Some(
+                    std::fs::read_to_string(path).map_err(|e| config::ConfigError {
+                        field: "--ssh-public-key-file".into(),
+                        value: path.display().to_string(),
+                        problem: format!("cannot read it: {e}"),
+                    })?,
+                )
+            }
             (None, None) => None,
         };
         let node_selector = if self.node_selector.is_empty() {
@@ -294,7 +298,10 @@ impl Ctx {
     }
 }
 
-async fn connect(global: &Global, target: &Target) -> Result<(Kube, jumppod_host::Config), HostError> {
+async fn connect(
+    global: &Global,
+    target: &Target,
+) -> Result<(Kube, jumppod_host::Config), HostError> {
     let raw = target.raw()?;
     let options = ClientOptions {
         kubeconfig: global.kubeconfig.clone(),
@@ -399,14 +406,18 @@ async fn run(cli: Cli) -> Result<(), HostError> {
                 }
                 .into());
             }
-            let request = policy::admission_request(&document).map_err(|e| config::ConfigError {
-                field: "FILE".into(),
-                value: file.display().to_string(),
-                problem: e.to_string(),
-            })?;
+            let request =
+                policy::admission_request(&document).map_err(|e| config::ConfigError {
+                    field: "FILE".into(),
+                    value: file.display().to_string(),
+                    problem: e.to_string(),
+                })?;
             let response = policy.validate(request, &settings)?;
             let answer = policy::admission_response(request, &response);
-            println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&answer).unwrap_or_default()
+            );
             if ctx.output == Output::Human
                 && let Ok(Some(patch)) = policy::decode_patch(&answer)
             {

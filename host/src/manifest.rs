@@ -4,8 +4,8 @@ use crate::config::Config;
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, Namespace, PodSpec, PodTemplateSpec, ResourceRequirements,
-    Service, ServicePort, ServiceSpec, TCPSocketAction, Probe,
+    Container, ContainerPort, EnvVar, Namespace, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, Service, ServicePort, ServiceSpec, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};

@@ -35,7 +35,11 @@ pub fn op<'a>(
     namespace: Option<&'a str>,
     name: Option<&'a str>,
 ) -> Op<'a> {
-    let group = if resource == "replicasets" { "apps" } else { "" };
+    let group = if resource == "replicasets" {
+        "apps"
+    } else {
+        ""
+    };
     Op {
         verb,
         resource,
@@ -50,7 +54,12 @@ pub async fn replicaset(kube: &Kube, config: &Config) -> Result<Option<ReplicaSe
     get_opt(
         kube,
         &api,
-        op("get", "replicasets", Some(&config.namespace), Some(&config.name)),
+        op(
+            "get",
+            "replicasets",
+            Some(&config.namespace),
+            Some(&config.name),
+        ),
     )
     .await
 }
@@ -68,9 +77,13 @@ pub async fn service(kube: &Kube, config: &Config) -> Result<Option<Service>, Ho
 
 pub async fn namespace_exists(kube: &Kube, config: &Config) -> Result<bool, HostError> {
     let api: Api<Namespace> = Api::all(kube.client.clone());
-    Ok(get_opt(kube, &api, op("get", "namespaces", None, Some(&config.namespace)))
-        .await?
-        .is_some())
+    Ok(get_opt(
+        kube,
+        &api,
+        op("get", "namespaces", None, Some(&config.namespace)),
+    )
+    .await?
+    .is_some())
 }
 
 pub async fn legacy_pod(kube: &Kube, config: &Config) -> Result<Option<Pod>, HostError> {
@@ -86,7 +99,8 @@ pub async fn legacy_pod(kube: &Kube, config: &Config) -> Result<Option<Pod>, Hos
 /// Pods labelled `app.kubernetes.io/instance=<name>`.
 pub async fn pods(kube: &Kube, config: &Config) -> Result<Vec<Pod>, HostError> {
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), &config.namespace);
-    let params = ListParams::default().labels(&format!("{}={}", schema::INSTANCE_LABEL, config.name));
+    let params =
+        ListParams::default().labels(&format!("{}={}", schema::INSTANCE_LABEL, config.name));
     let op = op("list", "pods", Some(&config.namespace), None);
     match kube.retry(&op, || api.list(&params)).await {
         Ok(list) => Ok(list.items),

@@ -41,7 +41,7 @@ pub struct Observed {
 /// One write.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    CreateNamespace(Namespace),
+    CreateNamespace(Box<Namespace>),
     CreateReplicaSet(Box<ReplicaSet>),
     /// Deletes a pod, only if it still has this uid.
     DeletePod {
@@ -64,7 +64,10 @@ pub enum Action {
 
 impl Action {
     pub fn is_delete(&self) -> bool {
-        matches!(self, Action::DeletePod { .. } | Action::DeleteService { .. })
+        matches!(
+            self,
+            Action::DeletePod { .. } | Action::DeleteService { .. }
+        )
     }
 }
 
@@ -81,7 +84,10 @@ impl fmt::Display for Action {
             Action::DeleteService { name, why, .. } => {
                 write!(f, "delete service {name} ({why})")
             }
-            Action::CreateService { service, keeps_port } => {
+            Action::CreateService {
+                service,
+                keeps_port,
+            } => {
                 write!(f, "create service {}", name_of(&service.metadata))?;
                 match (keeps_port, node_port(service)) {
                     (Some(p), _) => write!(f, " on NodePort {p} (kept: running jobs use it)"),
@@ -121,7 +127,10 @@ pub enum Finding {
         commands: Vec<String>,
     },
     /// The ReplicaSet does not select `app.kubernetes.io/instance=<name>`.
-    ForeignReplicaSet { replicaset: String, selector: String },
+    ForeignReplicaSet {
+        replicaset: String,
+        selector: String,
+    },
     /// The Service selects neither schema's labels, or is not a NodePort Service.
     ForeignService { service: String, problem: String },
     /// The Service's NodePort is not the configured `port` (it is kept: jobs use it).
@@ -145,7 +154,10 @@ impl fmt::Display for Finding {
                 f,
                 "bare pod {pod} from an older release carries the current labels and is adopted by the ReplicaSet"
             ),
-            Finding::LegacyPodAdoptable { pod, adopted: false } => write!(
+            Finding::LegacyPodAdoptable {
+                pod,
+                adopted: false,
+            } => write!(
                 f,
                 "bare pod {pod} from an older release carries the current labels: the ReplicaSet adopts it (no second pod)"
             ),
@@ -156,7 +168,9 @@ impl fmt::Display for Finding {
             Finding::LegacyServiceKept { service, node_port } => write!(
                 f,
                 "service {service} still selects the pre-#3891 pod: kept{} until that pod is gone, then recreated with the current selector on the same NodePort",
-                node_port.map(|p| format!(" on NodePort {p}")).unwrap_or_default()
+                node_port
+                    .map(|p| format!(" on NodePort {p}"))
+                    .unwrap_or_default()
             ),
             Finding::Drift {
                 replicaset,
@@ -168,7 +182,11 @@ impl fmt::Display for Finding {
                     "replicaset {replicaset} differs from the configuration (not rewritten; the Role has no update on replicasets):"
                 )?;
                 for d in differences {
-                    write!(f, "\n    {}: found {}, configured {}", d.field, d.found, d.wanted)?;
+                    write!(
+                        f,
+                        "\n    {}: found {}, configured {}",
+                        d.field, d.found, d.wanted
+                    )?;
                 }
                 write!(f, "\n  to apply the configuration:")?;
                 for c in commands {
@@ -176,7 +194,10 @@ impl fmt::Display for Finding {
                 }
                 Ok(())
             }
-            Finding::ForeignReplicaSet { replicaset, selector } => write!(
+            Finding::ForeignReplicaSet {
+                replicaset,
+                selector,
+            } => write!(
                 f,
                 "replicaset {replicaset} selects {selector}, not the jump pod's instance label: left as is"
             ),
@@ -190,7 +211,9 @@ impl fmt::Display for Finding {
             } => write!(
                 f,
                 "service {service} is on NodePort {}, not the configured {configured}: kept, because running jobs use it (delete the Service to move it)",
-                actual.map(|p| p.to_string()).unwrap_or_else(|| "none".into())
+                actual
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "none".into())
             ),
             Finding::Unschedulable {
                 pod,
@@ -215,13 +238,13 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
 
     if observed.namespace_exists == Some(false) {
         out.actions
-            .push(Action::CreateNamespace(desired.namespace.clone()));
+            .push(Action::CreateNamespace(Box::new(desired.namespace.clone())));
     }
 
     match &observed.replicaset {
-        None => out
-            .actions
-            .push(Action::CreateReplicaSet(Box::new(desired.replicaset.clone()))),
+        None => out.actions.push(Action::CreateReplicaSet(Box::new(
+            desired.replicaset.clone(),
+        ))),
         Some(rs) => {
             let selector = rs
                 .spec
@@ -245,7 +268,8 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
         let pod_name = name_of(&pod.metadata);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let owner = controller_of(pod);
-        let foreign_owner = owner.is_some_and(|(kind, owner)| kind != "ReplicaSet" || owner != name);
+        let foreign_owner =
+            owner.is_some_and(|(kind, owner)| kind != "ReplicaSet" || owner != name);
         if foreign_owner {
             // Not ours and not bare: someone else's controller manages it.
         } else if is_finished(pod) {
@@ -354,7 +378,11 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
 /// Whether `observe` must read further than the ReplicaSet and the Service: something is
 /// missing, or the Service still has the pre-#3891 selector, or the ReplicaSet lacks a ready
 /// replica (then the pods tell why).
-pub fn needs_a_closer_look(config: &Config, rs: Option<&ReplicaSet>, svc: Option<&Service>) -> bool {
+pub fn needs_a_closer_look(
+    config: &Config,
+    rs: Option<&ReplicaSet>,
+    svc: Option<&Service>,
+) -> bool {
     let Some(rs) = rs else { return true };
     let Some(svc) = svc else { return true };
     let selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
@@ -385,7 +413,11 @@ pub fn drift(config: &Config, rs: &ReplicaSet) -> Option<Finding> {
     let mut differences = Vec::new();
     let mut commands = Vec::new();
     let ns = &config.namespace;
-    let Some(found_c) = found_spec.containers.iter().find(|c| c.name == container_name) else {
+    let Some(found_c) = found_spec
+        .containers
+        .iter()
+        .find(|c| c.name == container_name)
+    else {
         differences.push(Difference {
             field: "container".into(),
             found: found_spec
@@ -429,7 +461,11 @@ pub fn drift(config: &Config, rs: &ReplicaSet) -> Option<Finding> {
     if resources_differ {
         let mut cmd = format!(
             "kubectl -n {ns} set resources replicaset {name} -c {container_name} --requests=cpu={},memory={},ephemeral-storage={} --limits=cpu={},memory={}",
-            config.cpu, config.memory, config.contract.ephemeral_storage_request, config.cpu, config.memory
+            config.cpu,
+            config.memory,
+            config.contract.ephemeral_storage_request,
+            config.cpu,
+            config.memory
         );
         if resource(found_c, "limits", "ephemeral-storage").is_some() {
             cmd.push_str(&format!(
@@ -612,7 +648,12 @@ pub fn unschedulable(pod: &Pod) -> Option<Finding> {
     let (status, reason, message) = condition(pod, "PodScheduled")?;
     (status == "False").then(|| Finding::Unschedulable {
         pod: name_of(&pod.metadata).to_owned(),
-        reason: if reason.is_empty() { "Unschedulable" } else { reason }.to_owned(),
+        reason: if reason.is_empty() {
+            "Unschedulable"
+        } else {
+            reason
+        }
+        .to_owned(),
         message: message.to_owned(),
     })
 }
@@ -896,11 +937,20 @@ mod tests {
 
     #[rstest]
     #[case::older_resources_are_drift_with_a_set_resources_command(
-        "cpu: 250m", "resources.requests.cpu", "set resources replicaset dstack-main-ssh-jump-pod")]
+        "cpu: 250m",
+        "resources.requests.cpu",
+        "set resources replicaset dstack-main-ssh-jump-pod"
+    )]
     #[case::another_image_is_drift_with_a_set_image_command(
-        "image: sshd:2", "image", "set image replicaset/dstack-main-ssh-jump-pod")]
+        "image: sshd:2",
+        "image",
+        "set image replicaset/dstack-main-ssh-jump-pod"
+    )]
     #[case::another_node_selector_is_drift_with_a_patch_command(
-        "node_selector: {pool: jump}", "nodeSelector", "patch replicaset dstack-main-ssh-jump-pod --type merge")]
+        "node_selector: {pool: jump}",
+        "nodeSelector",
+        "patch replicaset dstack-main-ssh-jump-pod --type merge"
+    )]
     fn drift_is_reported_with_the_commands_to_apply_it(
         #[case] yaml: &str,
         #[case] field: &str,
@@ -918,16 +968,27 @@ mod tests {
         else {
             panic!("no drift in {:?}", plan.findings)
         };
-        assert!(differences.iter().any(|d| d.field == field), "{differences:?}");
+        assert!(
+            differences.iter().any(|d| d.field == field),
+            "{differences:?}"
+        );
         assert!(commands.iter().any(|c| c.contains(command)), "{commands:?}");
-        assert!(commands.last().unwrap().contains("delete pod -l app.kubernetes.io/instance="));
+        assert!(
+            commands
+                .last()
+                .unwrap()
+                .contains("delete pod -l app.kubernetes.io/instance=")
+        );
     }
 
     #[test]
     fn equal_quantities_written_differently_are_not_drift() {
         let c = config_with("cpu: '0.5'\nmemory: 1024Mi");
         let observed = steady();
-        assert_eq!(plan(&c, &Desired::from_config(&c), &observed), Plan::default());
+        assert_eq!(
+            plan(&c, &Desired::from_config(&c), &observed),
+            Plan::default()
+        );
     }
 
     #[test]
@@ -939,21 +1000,35 @@ mod tests {
             replicaset: Some(foreign),
             ..steady()
         });
-        assert!(matches!(plan.findings[..], [Finding::ForeignReplicaSet { .. }]));
+        assert!(matches!(
+            plan.findings[..],
+            [Finding::ForeignReplicaSet { .. }]
+        ));
     }
 
     #[rstest]
     #[case::a_missing_replicaset_needs_a_closer_look(None, Some(current_svc(1)), true)]
     #[case::a_missing_service_needs_a_closer_look(Some(rs(1)), None, true)]
     #[case::an_old_selector_service_needs_a_closer_look(Some(rs(1)), Some(legacy_svc(1)), true)]
-    #[case::a_replicaset_without_a_ready_pod_needs_a_closer_look(Some(rs(0)), Some(current_svc(1)), true)]
-    #[case::a_ready_replicaset_and_a_current_service_are_enough(Some(rs(1)), Some(current_svc(1)), false)]
+    #[case::a_replicaset_without_a_ready_pod_needs_a_closer_look(
+        Some(rs(0)),
+        Some(current_svc(1)),
+        true
+    )]
+    #[case::a_ready_replicaset_and_a_current_service_are_enough(
+        Some(rs(1)),
+        Some(current_svc(1)),
+        false
+    )]
     fn looks_further_only_when_something_is_off(
         #[case] rs: Option<ReplicaSet>,
         #[case] svc: Option<Service>,
         #[case] expected: bool,
     ) {
-        assert_eq!(needs_a_closer_look(&config(), rs.as_ref(), svc.as_ref()), expected);
+        assert_eq!(
+            needs_a_closer_look(&config(), rs.as_ref(), svc.as_ref()),
+            expected
+        );
     }
 
     #[test]

@@ -73,7 +73,8 @@ impl Policy {
     pub fn from_file(path: &std::path::Path) -> Result<Policy> {
         let bytes = std::fs::read(path)
             .with_context(|| format!("cannot read the policy module {}", path.display()))?;
-        Policy::load(&bytes).with_context(|| format!("cannot load the policy module {}", path.display()))
+        Policy::load(&bytes)
+            .with_context(|| format!("cannot load the policy module {}", path.display()))
     }
 
     /// Compiles a module with policy-server's defaults.
@@ -179,7 +180,9 @@ fn host_callback(
             tracing::debug!(target: "jumppod::policy", "{}", String::from_utf8_lossy(payload));
             Ok(Vec::new())
         }
-        _ => Err(format!("host capability {binding}/{namespace}/{operation} is not provided").into()),
+        _ => {
+            Err(format!("host capability {binding}/{namespace}/{operation} is not provided").into())
+        }
     }
 }
 
@@ -228,5 +231,7 @@ pub fn decode_patch(answer: &Value) -> Result<Option<json_patch::Patch>> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
         .context("the patch is not base64")?;
-    Ok(Some(serde_json::from_slice(&bytes).context("the patch is not a JSONPatch")?))
+    Ok(Some(
+        serde_json::from_slice(&bytes).context("the patch is not a JSONPatch")?,
+    ))
 }

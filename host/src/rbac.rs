@@ -70,7 +70,8 @@ fn rules_json(rules: &[Rule], cluster: bool) -> Vec<Value> {
 /// Role, RoleBinding, ClusterRole and ClusterRoleBinding for `service_account` in `namespace`,
 /// from `rules`.
 pub fn objects_with(rules: &[Rule], namespace: &str, service_account: &str) -> Vec<Value> {
-    let subject = json!([{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]);
+    let subject =
+        json!([{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]);
     let cluster_name = format!("jumppod-{namespace}-{service_account}");
     vec![
         json!({
@@ -129,7 +130,13 @@ mod tests {
         let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,
-            ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
+            [
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding"
+            ]
         );
         assert_eq!(
             docs[1]["rules"][0],

@@ -61,7 +61,8 @@ fn matches(pod: &Pod, selector: &BTreeMap<String, String>) -> bool {
 pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, HostError> {
     let name = &config.name;
     let ns = &config.namespace;
-    let (pods, svc) = tokio::try_join!(observe::pods(kube, config), observe::service(kube, config))?;
+    let (pods, svc) =
+        tokio::try_join!(observe::pods(kube, config), observe::service(kube, config))?;
     let Some(svc) = svc else {
         return Err(HostError::NotReady(format!(
             "no service {} in namespace {ns}: the jump pod is not provisioned; run `jumppod ensure`",
@@ -72,7 +73,10 @@ pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, Host
         return Err(HostError::NotReady(format!(
             "service {} in namespace {ns} has no NodePort: it is not a jump-pod Service (type {}); delete it and run `jumppod ensure`",
             schema::service_name(name),
-            svc.spec.as_ref().and_then(|s| s.type_.clone()).unwrap_or_default()
+            svc.spec
+                .as_ref()
+                .and_then(|s| s.type_.clone())
+                .unwrap_or_default()
         )));
     };
     let selector = svc

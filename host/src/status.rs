@@ -140,7 +140,11 @@ impl std::fmt::Display for Status {
             f,
             "namespace {}: {}",
             self.namespace,
-            if self.namespace_exists { "exists" } else { "missing" }
+            if self.namespace_exists {
+                "exists"
+            } else {
+                "missing"
+            }
         )?;
         match &self.replicaset {
             Some(rs) => writeln!(
@@ -155,7 +159,9 @@ impl std::fmt::Display for Status {
                 f,
                 "service {}: NodePort {}, selector {} ({})",
                 s.name,
-                s.node_port.map(|p| p.to_string()).unwrap_or_else(|| "none".into()),
+                s.node_port
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "none".into()),
                 s.selector,
                 s.schema
             )?,
@@ -170,7 +176,10 @@ impl std::fmt::Display for Status {
                 "pod {}: {}{}{}, {}, QoS {}, node {}, {} labels, {}",
                 p.name,
                 p.phase,
-                p.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(),
+                p.reason
+                    .as_ref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default(),
                 if p.terminating { ", terminating" } else { "" },
                 if p.ready { "ready" } else { "not ready" },
                 p.qos_class.as_deref().unwrap_or("unknown"),

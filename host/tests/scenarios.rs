@@ -25,13 +25,21 @@ async fn an_empty_namespace_gets_a_replicaset_and_a_service_and_resolves_once_re
     assert!(report.policy_checked);
     assert!(sim.get("namespaces", None, NS).is_some());
     let rs = sim.get("replicasets", Some(NS), NAME).expect("replicaset");
-    assert_eq!(rs["spec"]["selector"]["matchLabels"], json!({"app.kubernetes.io/instance": NAME}));
+    assert_eq!(
+        rs["spec"]["selector"]["matchLabels"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
     let svc = service(&sim);
-    assert_eq!(svc["spec"]["selector"], json!({"app.kubernetes.io/instance": NAME}));
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
     assert_eq!(svc["spec"]["type"], "NodePort");
 
     // Before the kubelet has run the pod: not ready, a clear error.
-    let err = resolve::resolve(&kube(&sim).await, &config).await.unwrap_err();
+    let err = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap_err();
     assert!(matches!(err, HostError::NotReady(_)), "{err}");
 
     sim.settle().await;
@@ -64,7 +72,9 @@ async fn without_a_hostname_the_proxy_is_the_external_ip_of_the_pods_node() {
     sim.settle().await;
     let report = resolve::resolve(&kube(&sim).await, &config).await.unwrap();
     let pod = sim.get("pods", Some(NS), &report.proxy.pod).unwrap();
-    let node = sim.get("nodes", None, pod["spec"]["nodeName"].as_str().unwrap()).unwrap();
+    let node = sim
+        .get("nodes", None, pod["spec"]["nodeName"].as_str().unwrap())
+        .unwrap();
     let external = node["status"]["addresses"]
         .as_array()
         .unwrap()
@@ -86,17 +96,29 @@ async fn a_running_bare_pod_with_current_labels_is_adopted_and_the_service_kept(
     let config = config("hostname: h");
     let report = ensure(&sim, &config).await.unwrap();
     assert!(
-        report.findings.contains(&Finding::LegacyPodAdoptable { pod: NAME.into(), adopted: false }),
+        report.findings.contains(&Finding::LegacyPodAdoptable {
+            pod: NAME.into(),
+            adopted: false
+        }),
         "{report}"
     );
     sim.settle().await;
     let pods = active_pods(&sim);
     assert_eq!(pods.len(), 1, "no second pod: {pods:#?}");
     assert_eq!(pods[0]["metadata"]["name"], NAME);
-    assert_eq!(pods[0]["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
-    assert_eq!(pods[0]["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(
+        pods[0]["metadata"]["ownerReferences"][0]["kind"],
+        "ReplicaSet"
+    );
+    assert_eq!(
+        pods[0]["metadata"]["ownerReferences"][0]["controller"],
+        true
+    );
     assert_eq!(uid(&service(&sim)), uid(&svc), "the Service is kept");
-    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    let proxy = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap()
+        .proxy;
     assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30100));
 }
 
@@ -113,13 +135,22 @@ async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over(#[cas
     let config = config("hostname: h");
     let report = ensure(&sim, &config).await.unwrap();
     assert!(
-        report.applied.iter().any(|a| a.action.starts_with(&format!("delete pod {NAME}"))),
+        report
+            .applied
+            .iter()
+            .any(|a| a.action.starts_with(&format!("delete pod {NAME}"))),
         "{report}"
     );
     let gone = sim.get("pods", Some(NS), NAME);
-    assert!(gone.is_none_or(|p| uid(&p) != uid(&legacy)), "the finished pod is deleted");
+    assert!(
+        gone.is_none_or(|p| uid(&p) != uid(&legacy)),
+        "the finished pod is deleted"
+    );
     sim.settle().await;
-    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    let proxy = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap()
+        .proxy;
     assert!(proxy.pod.starts_with(&format!("{NAME}-")), "{proxy:?}");
     assert_eq!(proxy.port, 30101);
 }
@@ -144,10 +175,19 @@ async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_
     sim.settle().await;
     let pod = sim.get("pods", Some(NS), NAME).expect("left alone");
     assert_eq!(uid(&pod), uid(&legacy));
-    assert!(pod["metadata"]["ownerReferences"].is_null(), "a pre-#3891 pod is not adopted");
+    assert!(
+        pod["metadata"]["ownerReferences"].is_null(),
+        "a pre-#3891 pod is not adopted"
+    );
     assert_eq!(uid(&service(&sim)), uid(&old_svc));
-    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
-    assert!(proxy.legacy, "the Service still routes to the legacy pod: {proxy:?}");
+    let proxy = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap()
+        .proxy;
+    assert!(
+        proxy.legacy,
+        "the Service still routes to the legacy pod: {proxy:?}"
+    );
     assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30222));
 
     // A second ensure changes nothing while the legacy pod runs.
@@ -160,9 +200,15 @@ async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_
     assert_eq!(actions.len(), 2, "{report}");
     let svc = service(&sim);
     assert_ne!(uid(&svc), uid(&old_svc), "recreated");
-    assert_eq!(svc["spec"]["selector"], json!({"app.kubernetes.io/instance": NAME}));
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
     assert_eq!(node_port(&svc), 30222, "the same NodePort");
-    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    let proxy = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap()
+        .proxy;
     assert_eq!(proxy.port, 30222);
     assert!(!proxy.legacy);
 }
@@ -182,8 +228,15 @@ async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
     let text = err.to_string();
     assert_eq!(err.exit_code(), 4);
     assert!(text.contains("has finished (Failed, Evicted)"), "{text}");
-    assert!(text.contains("never replaced") && text.contains("jumppod ensure"), "{text}");
-    assert_eq!(records.len(), 3, "pods, service, then the legacy pod: {records:?}");
+    assert!(
+        text.contains("never replaced") && text.contains("jumppod ensure"),
+        "{text}"
+    );
+    assert_eq!(
+        records.len(),
+        3,
+        "pods, service, then the legacy pod: {records:?}"
+    );
 }
 
 /// 6. The ReplicaSet's pod evicted, or its node removed: replaced; `resolve` picks the ready
@@ -197,7 +250,10 @@ async fn the_replicasets_pod_is_replaced_and_the_node_port_unchanged(#[case] evi
     let config = config("hostname: h");
     ensure(&sim, &config).await.unwrap();
     sim.settle().await;
-    let before = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    let before = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap()
+        .proxy;
     if evict {
         sim.evict_pod(NS, &before.pod);
     } else {
@@ -205,7 +261,10 @@ async fn the_replicasets_pod_is_replaced_and_the_node_port_unchanged(#[case] evi
         sim.remove_node(pod["spec"]["nodeName"].as_str().unwrap());
     }
     sim.settle().await;
-    let after = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    let after = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap()
+        .proxy;
     assert_ne!(after.pod, before.pod, "a replacement");
     assert_eq!(after.port, before.port);
     assert_eq!(active_pods(&sim).len(), 1);
@@ -223,7 +282,9 @@ async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_reason() {
     ensure(&sim, &config).await.unwrap();
     sim.settle().await;
     let report = ensure(&sim, &config).await.unwrap();
-    let Some(Finding::Unschedulable { reason, message, .. }) = report
+    let Some(Finding::Unschedulable {
+        reason, message, ..
+    }) = report
         .findings
         .iter()
         .find(|f| matches!(f, Finding::Unschedulable { .. }))
@@ -231,8 +292,13 @@ async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_reason() {
         panic!("no unschedulable finding: {report}")
     };
     assert_eq!(reason, "Unschedulable");
-    assert!(message.contains("0/3 nodes are available") && message.contains("Insufficient cpu"), "{message}");
-    let err = resolve::resolve(&kube(&sim).await, &config).await.unwrap_err();
+    assert!(
+        message.contains("0/3 nodes are available") && message.contains("Insufficient cpu"),
+        "{message}"
+    );
+    let err = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap_err();
     assert_eq!(err.exit_code(), 4);
     assert!(err.to_string().contains("Insufficient cpu"), "{err}");
 }
@@ -254,7 +320,10 @@ async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {
     sim.settle().await;
     assert_eq!(active_pods(&sim).len(), 1);
     let created = sim.count(|r| r.method == "POST" && r.status == 201);
-    assert_eq!(created, 3, "namespace, replicaset, service created once each");
+    assert_eq!(
+        created, 3,
+        "namespace, replicaset, service created once each"
+    );
 }
 
 /// 8b. Two hosts racing through the upgrade path: one Service on the old NodePort, no error.
@@ -276,7 +345,10 @@ async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port()
     let services = sim.list("services", Some(NS));
     assert_eq!(services.len(), 1);
     assert_eq!(node_port(&services[0]), 30224);
-    assert_eq!(services[0]["spec"]["selector"], json!({"app.kubernetes.io/instance": NAME}));
+    assert_eq!(
+        services[0]["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
     assert_eq!(replicasets(&sim).len(), 1);
 }
 
@@ -291,24 +363,36 @@ async fn an_older_release_in_the_loop_converges() {
     ensure(&sim, &config).await.unwrap();
     sim.settle().await;
     let port = node_port(&service(&sim));
-    let first_pod = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy.pod;
+    let first_pod = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap()
+        .proxy
+        .pod;
     let mut churn = 0;
     for _ in 0..5 {
         // What dstack before #3891 did in run_job(): create the bare pod and the Service.
-        let pod = sim.create("pods", Some(NS), json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}},
-            "spec": {"containers": [{"name": format!("{NAME}-container"), "image": "sshd"}]}
-        }));
+        let pod = sim.create(
+            "pods",
+            Some(NS),
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}},
+                "spec": {"containers": [{"name": format!("{NAME}-container"), "image": "sshd"}]}
+            }),
+        );
         if pod.is_ok() {
             churn += 1;
         }
-        let svc = sim.create("services", Some(NS), json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": SVC},
-            "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/name": NAME},
-                     "ports": [{"port": 22, "targetPort": 22}]}
-        }));
+        let svc = sim.create(
+            "services",
+            Some(NS),
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": SVC},
+                "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/name": NAME},
+                         "ports": [{"port": 22, "targetPort": 22}]}
+            }),
+        );
         assert_eq!(svc.unwrap_err()["reason"], "AlreadyExists");
         sim.settle().await;
         ensure(&sim, &config).await.unwrap();
@@ -316,22 +400,47 @@ async fn an_older_release_in_the_loop_converges() {
         let active = active_pods(&sim);
         assert_eq!(active.len(), 1, "{active:#?}");
         assert_eq!(node_port(&service(&sim)), port);
-        let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+        let proxy = resolve::resolve(&kube(&sim).await, &config)
+            .await
+            .unwrap()
+            .proxy;
         assert_eq!(proxy.port as i64, port);
-        assert_eq!(proxy.pod, first_pod, "the ReplicaSet keeps its older, ready pod");
+        assert_eq!(
+            proxy.pod, first_pod,
+            "the ReplicaSet keeps its older, ready pod"
+        );
     }
-    assert_eq!(churn, 5, "each run of the older release costs one pod created and deleted");
+    assert_eq!(
+        churn, 5,
+        "each run of the older release costs one pod created and deleted"
+    );
 }
 
 /// 11a. Faults on each call of a first ensure: retried, end state correct.
 #[rstest]
 #[case::get_replicaset_429("GET", "/replicasets/", Fault::status("GET", "/replicasets/", 429, 2))]
 #[case::get_service_500("GET", "/services/", Fault::status("GET", "/services/", 500, 2))]
-#[case::get_namespace_503("GET", "/api/v1/namespaces/dstack", Fault::status("GET", "/api/v1/namespaces/dstack", 503, 1))]
+#[case::get_namespace_503(
+    "GET",
+    "/api/v1/namespaces/dstack",
+    Fault::status("GET", "/api/v1/namespaces/dstack", 503, 1)
+)]
 #[case::list_pods_dropped("GET", "/pods", Fault::drop_connection("GET", "/pods", 1))]
-#[case::create_namespace_stalled("POST", "/api/v1/namespaces", Fault::stall("POST", "/api/v1/namespaces", Duration::from_secs(2), 1))]
-#[case::create_replicaset_500_after_it_happened("POST", "/replicasets", Fault::status_after("POST", "/replicasets", 500, 1))]
-#[case::create_replicaset_409_conflict("POST", "/replicasets", Fault::status("POST", "/replicasets", 409, 1))]
+#[case::create_namespace_stalled(
+    "POST",
+    "/api/v1/namespaces",
+    Fault::stall("POST", "/api/v1/namespaces", Duration::from_secs(2), 1)
+)]
+#[case::create_replicaset_500_after_it_happened(
+    "POST",
+    "/replicasets",
+    Fault::status_after("POST", "/replicasets", 500, 1)
+)]
+#[case::create_replicaset_409_conflict(
+    "POST",
+    "/replicasets",
+    Fault::status("POST", "/replicasets", 409, 1)
+)]
 #[case::create_service_dropped("POST", "/services", Fault::drop_connection("POST", "/services", 1))]
 #[case::create_service_429("POST", "/services", Fault::status("POST", "/services", 429, 1))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -377,15 +486,26 @@ async fn transient_faults_on_the_upgrade_path_are_retried(#[case] fault: Fault) 
     assert!(sim.get("pods", Some(NS), "web").is_some());
     let svc = service(&sim);
     assert_eq!(node_port(&svc), 30225);
-    assert_eq!(svc["spec"]["selector"], json!({"app.kubernetes.io/instance": NAME}));
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
 }
 
 /// 11c. Permanent errors are reported with what to do, and nothing after them is written.
 #[rstest]
-#[case::forbidden_replicaset_create(Fault::status("POST", "/replicasets", 403, 1), 5, "`create` verb on `replicasets`")]
+#[case::forbidden_replicaset_create(
+    Fault::status("POST", "/replicasets", 403, 1),
+    5,
+    "`create` verb on `replicasets`"
+)]
 #[case::invalid_service_create(Fault::status("POST", "/services", 422, 1), 5, "create services")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permanent_errors_are_reported(#[case] fault: Fault, #[case] code: i32, #[case] text: &str) {
+async fn permanent_errors_are_reported(
+    #[case] fault: Fault,
+    #[case] code: i32,
+    #[case] text: &str,
+) {
     let sim = start().await;
     sim.inject(fault);
     let err = ensure(&sim, &config("")).await.unwrap_err();
@@ -400,7 +520,9 @@ async fn an_api_down_past_the_deadline_is_reported() {
     sim.inject(Fault::status("GET", "", 503, 10_000));
     let mut kube = kube(&sim).await;
     kube.deadline = std::time::Instant::now() + Duration::from_millis(300);
-    let err = jumppod_host::ensure(&kube, &config(""), &gate()).await.unwrap_err();
+    let err = jumppod_host::ensure(&kube, &config(""), &gate())
+        .await
+        .unwrap_err();
     assert_eq!(err.exit_code(), 1);
     assert!(err.to_string().contains("kept failing"), "{err}");
     assert!(writes(&sim.requests()).is_empty());
@@ -418,14 +540,23 @@ async fn a_pod_replaced_between_observe_and_apply_is_not_deleted() {
     let kube = kube(&sim).await;
     let observed = observe::for_ensure(&kube, &config).await.unwrap();
     let plan = plan::plan(&config, &Desired::from_config(&config), &observed);
-    assert!(plan.actions.iter().any(|a| matches!(a, plan::Action::DeletePod { .. })));
+    assert!(
+        plan.actions
+            .iter()
+            .any(|a| matches!(a, plan::Action::DeletePod { .. }))
+    );
     // Meanwhile the older release recreates its pod under the same name.
     sim.delete("pods", Some(NS), NAME);
     let replacement = seed_legacy_pod(&sim, "Running", true);
     let applied = apply::apply(&kube, NS, &plan.actions).await.unwrap();
-    let delete = applied.iter().find(|a| a.action.starts_with("delete pod")).unwrap();
+    let delete = applied
+        .iter()
+        .find(|a| a.action.starts_with("delete pod"))
+        .unwrap();
     assert_eq!(delete.outcome, Outcome::ReplacedMeanwhile);
-    let pod = sim.get("pods", Some(NS), NAME).expect("the new pod survives");
+    let pod = sim
+        .get("pods", Some(NS), NAME)
+        .expect("the new pod survives");
     assert_eq!(uid(&pod), uid(&replacement));
 }
 
@@ -437,7 +568,10 @@ async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write() {
     let err = result.unwrap_err();
     assert_eq!(err.exit_code(), 3);
     let text = err.to_string();
-    assert!(text.contains("cpu") && text.contains("50m") && text.contains("100m"), "{text}");
+    assert!(
+        text.contains("cpu") && text.contains("50m") && text.contains("100m"),
+        "{text}"
+    );
     assert!(text.contains("nothing was written"), "{text}");
     assert_eq!(writes(&records), Vec::<String>::new());
     assert!(sim.get("namespaces", None, NS).is_none());
@@ -454,8 +588,14 @@ async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
     assert_eq!(writes(&records), Vec::<String>::new());
     assert!(records.len() <= 2);
     let text = report.to_string();
-    assert!(text.contains("resources.requests.cpu: found 250m, configured 500m"), "{text}");
-    assert!(text.contains("kubectl -n dstack set resources replicaset dstack-main-ssh-jump-pod"), "{text}");
+    assert!(
+        text.contains("resources.requests.cpu: found 250m, configured 500m"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kubectl -n dstack set resources replicaset dstack-main-ssh-jump-pod"),
+        "{text}"
+    );
 }
 
 /// Nodes with taints and a node selector: the pod lands where the configuration says.
@@ -470,10 +610,15 @@ async fn node_selector_and_tolerations_place_the_pod() {
             .taint("dedicated", "jump", "NoSchedule"),
     ];
     let sim = jumppod_sim::Sim::start(cfg).await.unwrap();
-    let config = config("node_selector: {pool: jump}\ntolerations: [{key: dedicated, operator: Equal, value: jump, effect: NoSchedule}]");
+    let config = config(
+        "node_selector: {pool: jump}\ntolerations: [{key: dedicated, operator: Equal, value: jump, effect: NoSchedule}]",
+    );
     ensure(&sim, &config).await.unwrap();
     sim.settle().await;
-    let proxy = resolve::resolve(&kube(&sim).await, &config).await.unwrap().proxy;
+    let proxy = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap()
+        .proxy;
     assert_eq!(proxy.hostname, "203.0.113.2");
 }
 
@@ -489,12 +634,16 @@ async fn without_any_external_ip_resolve_asks_for_a_hostname() {
     let config = config("");
     ensure(&sim, &config).await.unwrap();
     sim.settle().await;
-    let err = resolve::resolve(&kube(&sim).await, &config).await.unwrap_err();
+    let err = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap_err();
     assert_eq!(err.exit_code(), 2);
     assert!(err.to_string().contains("`hostname`"), "{err}");
 }
 
-async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
     let mut set = Vec::new();
     for f in futures {
         set.push(f);

@@ -23,7 +23,9 @@ pub const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITest main@dstack";
 pub fn policy() -> Arc<Policy> {
     static POLICY: OnceLock<Arc<Policy>> = OnceLock::new();
     POLICY
-        .get_or_init(|| Arc::new(Policy::builtin().expect("the policy Wasm is built into the host")))
+        .get_or_init(|| {
+            Arc::new(Policy::builtin().expect("the policy Wasm is built into the host"))
+        })
         .clone()
 }
 
@@ -101,7 +103,9 @@ pub fn seed_legacy_pod(sim: &Sim, phase: &str, current: bool) -> Value {
         {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": ready}]});
     if let Some(r) = reason {
         status["reason"] = json!(r);
-        status["message"] = json!("The node was low on resource: memory. Container dstack-main-ssh-jump-pod-container was using 12Mi, request is 0.");
+        status["message"] = json!(
+            "The node was low on resource: memory. Container dstack-main-ssh-jump-pod-container was using 12Mi, request is 0."
+        );
     }
     sim.seed(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -128,7 +132,10 @@ pub fn seed_service(sim: &Sim, port: i32, current: bool) -> Value {
 }
 
 pub fn uid(obj: &Value) -> String {
-    obj["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
+    obj["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 pub fn node_port(svc: &Value) -> i64 {
@@ -136,7 +143,8 @@ pub fn node_port(svc: &Value) -> i64 {
 }
 
 pub fn service(sim: &Sim) -> Value {
-    sim.get("services", Some(NS), SVC).expect("the service exists")
+    sim.get("services", Some(NS), SVC)
+        .expect("the service exists")
 }
 
 /// Pods of the namespace that are not finished and not being deleted.
@@ -155,7 +163,10 @@ pub fn replicasets(sim: &Sim) -> Vec<Value> {
 }
 
 /// Requests of `f`, discovery excluded.
-pub async fn requests_of<T, F: std::future::Future<Output = T>>(sim: &Sim, f: F) -> (T, Vec<RequestRecord>) {
+pub async fn requests_of<T, F: std::future::Future<Output = T>>(
+    sim: &Sim,
+    f: F,
+) -> (T, Vec<RequestRecord>) {
     sim.clear_requests();
     let out = f.await;
     (out, sim.requests())

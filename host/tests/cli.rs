@@ -1,0 +1,276 @@
+//! The real `jumppod` binary against the simulator, through a kubeconfig: commands, output
+//! formats and exit codes as users see them.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::process::Output;
+
+async fn jumppod(args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .expect("run jumppod")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ensure_then_resolve_through_the_binary() {
+    let sim = start().await;
+    let kc = sim.kubeconfig_path().to_str().unwrap().to_owned();
+    let dir = std::env::temp_dir().join(format!("jumppod-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("jumppod.yaml");
+    std::fs::write(
+        &file,
+        format!("namespace: dstack\nproject: main\nproxy_jump: {{hostname: jump.example.com}}\nssh_public_key: {KEY}\n"),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+
+    let out = jumppod(&["ensure", "--kubeconfig", &kc, "--config", file]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("create replicaset dstack-main-ssh-jump-pod"),
+        "{}",
+        text(&out)
+    );
+
+    let out = jumppod(&["resolve", "--kubeconfig", &kc, "--config", file]).await;
+    assert_eq!(out.status.code(), Some(4), "not ready yet: {}", text(&out));
+
+    sim.settle().await;
+    sim.clear_requests();
+    let out = jumppod(&[
+        "resolve",
+        "--kubeconfig",
+        &kc,
+        "--config",
+        file,
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let proxy = &json_of(&out)["proxy"];
+    assert_eq!(proxy["hostname"], "jump.example.com");
+    assert_eq!(proxy["username"], "root");
+    let port = proxy["port"].as_i64().unwrap();
+    assert_eq!(port, node_port(&service(&sim)));
+    assert_eq!(sim.requests().len(), 2, "{:#?}", sim.requests());
+
+    sim.clear_requests();
+    let out = jumppod(&[
+        "ensure",
+        "--kubeconfig",
+        &kc,
+        "--config",
+        file,
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(json_of(&out)["applied"], serde_json::json!([]));
+    assert_eq!(sim.requests().len(), 2, "{:#?}", sim.requests());
+
+    let out = jumppod(&["status", "--kubeconfig", &kc, "--config", file]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("QoS Guaranteed"), "{}", text(&out));
+    assert!(
+        stdout.contains("ensure would change nothing"),
+        "{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_say_what_went_wrong() {
+    let sim = start().await;
+    let kc = sim.kubeconfig_path().to_str().unwrap().to_owned();
+    let base = [
+        "--kubeconfig",
+        kc.as_str(),
+        "-n",
+        "dstack",
+        "-p",
+        "main",
+        "--ssh-public-key",
+        KEY,
+    ];
+
+    // 2: configuration, naming the field and the value.
+    let out = jumppod(&[&["ensure"], &base[..], &["--cpu", "lots"]].concat()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("invalid `cpu` \"lots\""),
+        "{}",
+        text(&out)
+    );
+
+    // 3: the policy rejects it; nothing written.
+    sim.clear_requests();
+    let out = jumppod(&[&["ensure"], &base[..], &["--cpu", "50m"]].concat()).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("50m"),
+        "{}",
+        text(&out)
+    );
+    assert!(writes(&sim.requests()).is_empty());
+
+    // 4: nothing provisioned.
+    let out = jumppod(&[&["resolve"], &base[..]].concat()).await;
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+
+    // 5: forbidden, with the way out.
+    let other = sim.kubeconfig_for("nobody");
+    let sim_rbac = jumppod_sim::Sim::start(jumppod_sim::SimConfig {
+        rbac: true,
+        ..sim_config()
+    })
+    .await
+    .unwrap();
+    let nobody = sim_rbac.kubeconfig_for("nobody");
+    let out = jumppod(&[
+        "ensure",
+        "--kubeconfig",
+        nobody.to_str().unwrap(),
+        "-n",
+        "dstack",
+        "-p",
+        "main",
+        "--ssh-public-key",
+        KEY,
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out));
+    let err = &json_of(&out)["error"];
+    assert_eq!(err["kind"], "api");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("jumppod rbac --namespace dstack"),
+        "{err}"
+    );
+    drop(other);
+
+    // 2: usage.
+    let out = jumppod(&["ensure", "--port", "x"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_documents_the_commands_and_exit_codes() {
+    let out = jumppod(&["--help"]).await;
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for word in [
+        "ensure",
+        "resolve",
+        "status",
+        "rbac",
+        "eval",
+        "demo",
+        "Exit codes",
+        "KUBECONFIG",
+        "--context",
+    ] {
+        assert!(help.contains(word), "{word} missing from:\n{help}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_prints_the_rules_as_yaml() {
+    let out = jumppod(&["rbac", "--namespace", "dstack"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 5);
+    assert_eq!(docs[1]["kind"], "Role");
+    assert_eq!(docs[1]["metadata"]["namespace"], "dstack");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_prints_what_kwctl_run_prints() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../policy/test_data/legacy_bare_pod_create.json"
+    );
+    let out = jumppod(&["eval", fixture]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let answer = json_of(&out);
+    assert_eq!(answer["allowed"], true);
+    assert_eq!(answer["patchType"], "JSONPatch");
+    assert!(answer["patch"].as_str().is_some_and(|p| !p.is_empty()));
+
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../policy/test_data/undersized_jump_pod_create.json"
+    );
+    let out = jumppod(&["eval", fixture]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let answer = json_of(&out);
+    assert_eq!(answer["allowed"], false);
+    assert!(
+        answer["status"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+
+    let out = jumppod(&[
+        "eval",
+        fixture,
+        "--settings",
+        r#"{"cpu": {"minimum": "50m"}}"#,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Provided settings are not valid"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_tells_the_upgrade_story() {
+    let out = jumppod(&["demo"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let story = String::from_utf8_lossy(&out.stdout);
+    for step in [
+        "rejected",
+        "mutated by this JSONPatch",
+        "falls back to the legacy pod",
+        "legacy bare pod",
+        "delete pod dstack-main-ssh-jump-pod",
+        "on NodePort 30022 (kept: running jobs use it)",
+        "NodePort before the upgrade 30022, now 30022",
+        "API requests: 2",
+    ] {
+        assert!(story.contains(step), "{step:?} missing from:\n{story}");
+    }
+}

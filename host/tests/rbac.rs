@@ -1,0 +1,173 @@
+//! Scenario 10, RBAC: the host works with exactly the rules `jumppod rbac` prints, against the
+//! simulator with RBAC enforced; removing any one verb fails with an error naming the verb and
+//! resource.
+
+mod common;
+
+use common::*;
+use jumppod_host::rbac::{self, RULES, Rule};
+use jumppod_host::{HostError, resolve};
+use jumppod_sim::{NodeSpec, Sim, SimConfig};
+use serde_json::{Value, json};
+
+const SA_USER: &str = "system:serviceaccount:dstack:jumppod";
+
+/// node-1 (the only schedulable node) has no ExternalIP, so `resolve` without `hostname`
+/// reads its node, then lists the nodes and finds node-2's.
+async fn rbac_sim() -> Sim {
+    Sim::start(SimConfig {
+        rbac: true,
+        nodes: vec![
+            NodeSpec::new("node-1"),
+            NodeSpec::new("node-2")
+                .ips("203.0.113.2", "10.0.0.2")
+                .taint("dedicated", "other", "NoSchedule"),
+        ],
+        ..sim_config()
+    })
+    .await
+    .unwrap()
+}
+
+fn without(verb: &str, resource: &str) -> Vec<Rule> {
+    RULES
+        .iter()
+        .map(|r| {
+            let mut r = *r;
+            if r.resource == resource {
+                let verbs: Vec<&'static str> =
+                    r.verbs.iter().copied().filter(|v| *v != verb).collect();
+                r.verbs = Box::leak(verbs.into_boxed_slice());
+            }
+            r
+        })
+        .collect()
+}
+
+fn grant(sim: &Sim, objects: Vec<Value>) {
+    for o in objects {
+        sim.seed(o);
+    }
+}
+
+/// Every verb of the printed rules in one flow: a first ensure of project `fresh` (get
+/// replicasets, services, namespaces, pods; list pods; create replicasets, services), the
+/// upgrade of project `main` (delete pods, delete services), and `resolve` without a hostname
+/// (get and list nodes).
+async fn full_flow(sim: &Sim) -> Result<(), HostError> {
+    let kube = kube_at(&sim.kubeconfig_for(SA_USER)).await;
+    let fresh = config_for(NS, "fresh", "");
+    jumppod_host::ensure(&kube, &fresh, &gate()).await?;
+    jumppod_host::ensure(&kube, &config(""), &gate()).await?;
+    sim.settle().await;
+    let proxy = resolve::resolve(&kube, &fresh).await?.proxy;
+    assert_eq!(proxy.hostname, "203.0.113.2");
+    Ok(())
+}
+
+fn seed_world(sim: &Sim) {
+    namespace(sim, NS);
+    seed_legacy_pod(sim, "Failed", false);
+    seed_service(sim, 30300, false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_rules_are_enough() {
+    let sim = rbac_sim().await;
+    seed_world(&sim);
+    grant(&sim, rbac::objects(NS, "jumppod"));
+    full_flow(&sim).await.unwrap();
+    assert_eq!(node_port(&service(&sim)), 30300);
+    // And the printed YAML is what `objects` gives.
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rbac::yaml(NS, "jumppod"))
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(docs[1..], rbac::objects(NS, "jumppod")[..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant() {
+    let sim = rbac_sim().await;
+    seed_world(&sim);
+    let err = full_flow(&sim).await.unwrap_err();
+    assert_eq!(err.exit_code(), 5);
+    assert!(
+        err.to_string().contains("jumppod rbac --namespace dstack"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
+    let mut checked = 0;
+    for rule in RULES {
+        for verb in rule.verbs {
+            if (rule.resource, *verb) == ("namespaces", "create") {
+                continue; // below: it needs the namespaced rules granted cluster-wide
+            }
+            let sim = rbac_sim().await;
+            seed_world(&sim);
+            grant(
+                &sim,
+                rbac::objects_with(&without(verb, rule.resource), NS, "jumppod"),
+            );
+            let err = full_flow(&sim)
+                .await
+                .expect_err(&format!("{verb} {} is needed", rule.resource));
+            let text = err.to_string();
+            assert_eq!(err.exit_code(), 5, "{text}");
+            assert!(
+                text.contains(&format!("`{verb}` verb on `{}`", rule.resource)),
+                "{verb} {}: {text}",
+                rule.resource
+            );
+            assert!(
+                text.contains(&format!("cannot {verb} resource \"{}\"", rule.resource)),
+                "{text}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(
+        checked, 11,
+        "every verb but `namespaces create` (tested below)"
+    );
+}
+
+/// A RoleBinding cannot exist in a namespace that does not exist, so `namespaces create` is
+/// needed when the namespaced rules are granted cluster-wide (a ClusterRoleBinding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
+    for with_create in [true, false] {
+        let sim = rbac_sim().await;
+        let rules: Vec<Rule> = if with_create {
+            RULES.to_vec()
+        } else {
+            without("create", "namespaces")
+        };
+        let cluster_wide: Vec<Rule> = rules
+            .iter()
+            .map(|r| Rule {
+                cluster: true,
+                ..*r
+            })
+            .collect();
+        let mut objects = rbac::objects_with(&cluster_wide, NS, "jumppod");
+        objects.retain(|o| o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding");
+        grant(&sim, objects);
+        let kube = kube_at(&sim.kubeconfig_for(SA_USER)).await;
+        let result =
+            jumppod_host::ensure(&kube, &config_for("brand-new", "main", ""), &gate()).await;
+        if with_create {
+            result.unwrap();
+            assert!(sim.get("namespaces", None, "brand-new").is_some());
+        } else {
+            let err = result.unwrap_err();
+            assert!(
+                err.to_string().contains("`create` verb on `namespaces`"),
+                "{err}"
+            );
+        }
+    }
+    let _ = json!({});
+}
