@@ -168,9 +168,6 @@ async fn further(
 /// Everything, for `status`.
 pub async fn everything(kube: &Kube, config: &Config) -> Result<Observed, HostError> {
     let (rs, svc) = tokio::try_join!(replicaset(kube, config), service(kube, config))?;
-    let mut observed = further(kube, config, rs, svc).await?;
-    if observed.namespace_exists.is_none() && observed.replicaset.is_none() {
-        observed.namespace_exists = Some(namespace_exists(kube, config).await?);
-    }
-    Ok(observed)
+    // The namespace is read when neither exists; otherwise it evidently exists.
+    further(kube, config, rs, svc).await
 }

@@ -670,3 +670,40 @@ async fn futures_join_all<F: std::future::Future>(
     .await;
     out.into_iter().map(|o| o.unwrap()).collect()
 }
+
+/// 4b. The old NodePort taken by another Service between the delete and the create of the
+/// upgrade: ensure stops and says so, naming the port and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_node_port_taken_in_the_meantime_is_reported_clearly() {
+    let sim = std::sync::Arc::new(start().await);
+    namespace(&sim, NS);
+    seed_legacy_pod(&sim, "Failed", false);
+    seed_service(&sim, 30227, false);
+    // Hold our create back long enough for another Service to take the port.
+    sim.inject(Fault::stall("POST", "/services", Duration::from_secs(2), 3));
+    let task = {
+        let sim = sim.clone();
+        tokio::spawn(async move { ensure(&sim, &config("")).await })
+    };
+    while sim.count(|r| r.method == "DELETE" && r.path.contains("/services/")) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    sim.create(
+        "services",
+        Some(NS),
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "intruder"},
+            "spec": {"type": "NodePort", "selector": {"app": "x"},
+                     "ports": [{"port": 80, "targetPort": 80, "nodePort": 30227}]}
+        }),
+    )
+    .expect("the port is free after the delete");
+    let err = task.await.unwrap().unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.exit_code(), 5, "{text}");
+    assert!(text.contains("NodePort 30227"), "{text}");
+    assert!(
+        text.contains("taken by another Service in the meantime"),
+        "{text}"
+    );
+}
