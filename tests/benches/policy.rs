@@ -11,6 +11,7 @@ mod policy_support;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use jumppod::admission::{self, Outcome, Request};
+use jumppod_host::policy::ValidationResponse;
 use policy_support::{policy, request};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -98,19 +99,16 @@ fn bench(c: &mut Criterion) {
     for (name, fixture) in CASES {
         let payload = payload(fixture);
         // The four decisions are what they should be, or the numbers mean nothing.
-        let answer: Value =
+        let answer: ValidationResponse =
             serde_json::from_slice(&reused.call("validate", &payload).unwrap()).unwrap();
-        let native: Value = serde_json::from_slice(&native_validate(&payload)).unwrap();
-        assert_eq!(answer["accepted"], native["accepted"], "{name}");
-        assert_eq!(
-            answer.get("mutated_object"),
-            native.get("mutated_object"),
-            "{name}"
-        );
+        let native: ValidationResponse =
+            serde_json::from_slice(&native_validate(&payload)).unwrap();
+        assert_eq!(answer.accepted, native.accepted, "{name}");
+        assert_eq!(answer.mutated_object, native.mutated_object, "{name}");
         let expected_accepted = name != "undersized_rejected";
-        assert_eq!(answer["accepted"], expected_accepted, "{name}: {answer}");
+        assert_eq!(answer.accepted, expected_accepted, "{name}: {answer:?}");
         assert_eq!(
-            answer.get("mutated_object").is_some(),
+            answer.mutated_object.is_some(),
             name == "legacy_pod_mutated",
             "{name}"
         );
