@@ -74,9 +74,13 @@ struct Labels<'a> {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Meta<'a> {
     #[serde(borrow)]
     name: Option<Cow<'a, str>>,
+    /// A pod a controller creates has no name yet at admission, only this prefix.
+    #[serde(borrow)]
+    generate_name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     labels: Option<Labels<'a>>,
 }
@@ -162,9 +166,20 @@ fn classify_pod(
     let head: PodHead = serde_json::from_str(object.get())
         .map_err(|e| format!("cannot read the pod's metadata: {e}"))?;
     let meta = head.metadata.as_ref();
-    let name = meta.and_then(|m| m.name.as_deref()).or(request_name);
-    Ok(schema::classify(meta.and_then(Meta::app), name)
-        .map(|schema| (schema, name.unwrap_or_default().to_owned())))
+    let name = meta
+        .and_then(|m| m.name.as_deref())
+        .filter(|n| !n.is_empty())
+        .or(request_name.filter(|n| !n.is_empty()));
+    let Some(schema) = schema::classify(meta.and_then(Meta::app), name) else {
+        return Ok(None);
+    };
+    // Messages name the pod; a generated one by its prefix.
+    let shown = match (name, meta.and_then(|m| m.generate_name.as_deref())) {
+        (Some(name), _) => name.to_owned(),
+        (None, Some(prefix)) => format!("{prefix}<generated>"),
+        (None, None) => String::new(),
+    };
+    Ok(Some((schema, shown)))
 }
 
 fn classify_replica_set(object: &RawValue) -> Result<Option<(Schema, String)>, String> {
@@ -503,6 +518,22 @@ mod tests {
         assert!(
             matches!(outcome, Outcome::Reject { code: Some(400), ref message } if message.contains("cpu.minimum")),
             "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_pod_a_controller_is_creating_is_named_by_its_generate_name() {
+        let mut pod = jump_pod(json!({}));
+        pod["metadata"]["name"] = Value::Null;
+        pod["metadata"]["generateName"] = json!("dstack-main-ssh-jump-pod-");
+        let Outcome::Reject { message, .. } =
+            run(POD, "CREATE", &pod, None, &json!({"mutate": false}))
+        else {
+            panic!("expected a rejection");
+        };
+        assert!(
+            message.starts_with("jump pod \"dstack-main-ssh-jump-pod-<generated>\""),
+            "{message}"
         );
     }
 
