@@ -87,8 +87,7 @@ impl Policy {
         let mut config = wasmtime::Config::default();
         config.epoch_interruption(true);
         let engine = wasmtime::Engine::new(&config).map_err(|e| anyhow!("wasmtime: {e}"))?;
-        let module = wasmtime::Module::new(&engine, wasm)
-            .map_err(|e| anyhow!("not a loadable WebAssembly module: {e}"))?;
+        let module = compile(&engine, wasm)?;
         let pre = WasmtimeEngineProviderBuilder::new()
             .engine(engine.clone())
             .module(module)
@@ -140,6 +139,62 @@ impl Policy {
     pub fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse> {
         self.instance()?.validate(request, settings)
     }
+}
+
+/// Compiles the module, or loads it from the cache of compiled modules: compiling a 1 MiB
+/// module with cranelift takes seconds and hundreds of MiB, every time the CLI starts.
+/// policy-server likewise compiles a module once and keeps it.
+fn compile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<wasmtime::Module> {
+    let cached = cache_path(engine, wasm);
+    if let Some(path) = cached.as_deref().filter(|p| p.is_file()) {
+        // SAFETY: the file was written by `Module::serialize` of this same wasmtime build
+        // (its name carries the engine's compatibility hash and the module's hash) and is
+        // only ever replaced atomically.
+        match unsafe { wasmtime::Module::deserialize_file(engine, path) } {
+            Ok(module) => return Ok(module),
+            Err(e) => tracing::debug!("ignoring the compiled module {}: {e}", path.display()),
+        }
+    }
+    let module = wasmtime::Module::new(engine, wasm)
+        .map_err(|e| anyhow!("not a loadable WebAssembly module: {e}"))?;
+    if let Some(path) = cached {
+        if let Err(e) = store_compiled(&module, &path) {
+            tracing::debug!(
+                "cannot cache the compiled module at {}: {e:#}",
+                path.display()
+            );
+        }
+    }
+    Ok(module)
+}
+
+/// `$JUMPPOD_CACHE_DIR`, else `$XDG_CACHE_HOME/jumppod`, else `~/.cache/jumppod`; the file name
+/// depends on the module's bytes and on the engine, so a new module or wasmtime never loads a
+/// stale one.
+fn cache_path(engine: &wasmtime::Engine, wasm: &[u8]) -> Option<std::path::PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let dir = std::env::var_os("JUMPPOD_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| std::path::Path::new(&d).join("jumppod"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/jumppod"))
+        })?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    wasm.hash(&mut hasher);
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    Some(dir.join(format!("policy-{:016x}.cwasm", hasher.finish())))
+}
+
+fn store_compiled(module: &wasmtime::Module, path: &std::path::Path) -> Result<()> {
+    let bytes = module.serialize().map_err(|e| anyhow!("{e}"))?;
+    let dir = path.parent().context("no cache directory")?;
+    std::fs::create_dir_all(dir)?;
+    let partial = path.with_extension(format!("partial-{}", std::process::id()));
+    std::fs::write(&partial, bytes)?;
+    std::fs::rename(&partial, path)?;
+    Ok(())
 }
 
 /// One instantiated module; reusable for several calls.

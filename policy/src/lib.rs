@@ -117,10 +117,17 @@ fn bad_request(message: String) -> Outcome {
 
 /// Tells the policy-server's log what happened to a jump pod (the hot path never logs).
 fn log(outcome: &Outcome, name: &str) {
-    let logger = slog::Logger::root(logging::KubewardenDrain::new(), slog::o!("policy" => "jumppod"));
+    let logger = slog::Logger::root(
+        logging::KubewardenDrain::new(),
+        slog::o!("policy" => "jumppod"),
+    );
     match outcome {
-        Outcome::Mutate { .. } => slog::info!(logger, "filled in what the jump-pod contract requires"; "name" => name),
-        Outcome::Reject { message, .. } => slog::info!(logger, "rejected"; "name" => name, "reason" => message.as_str()),
+        Outcome::Mutate { .. } => {
+            slog::info!(logger, "filled in what the jump-pod contract requires"; "name" => name)
+        }
+        Outcome::Reject { message, .. } => {
+            slog::info!(logger, "rejected"; "name" => name, "reason" => message.as_str())
+        }
         Outcome::Accept { .. } => {}
     }
 }
