@@ -157,13 +157,13 @@ fn compile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<wasmtime::Module> {
     }
     let module = wasmtime::Module::new(engine, wasm)
         .map_err(|e| anyhow!("not a loadable WebAssembly module: {e}"))?;
-    if let Some(path) = cached {
-        if let Err(e) = store_compiled(&module, &path) {
-            tracing::debug!(
-                "cannot cache the compiled module at {}: {e:#}",
-                path.display()
-            );
-        }
+    if let Some(path) = cached
+        && let Err(e) = store_compiled(&module, &path)
+    {
+        tracing::debug!(
+            "cannot cache the compiled module at {}: {e:#}",
+            path.display()
+        );
     }
     Ok(module)
 }
