@@ -1,6 +1,7 @@
 # jumppod: `make demo` shows it working, `make test` proves it. Both set up what they need
 # (the wasm32-wasip1 target, clippy and rustfmt) on a machine that has only rustup's Rust.
 
+SHELL        := /bin/bash
 CARGO        ?= cargo
 WASM_TARGET  := wasm32-wasip1
 TARGET_DIR   := $(CURDIR)/target
@@ -28,9 +29,11 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## unit: every test of the workspace (the policy Wasm is built first: the tests load it)
+## unit: every test of the workspace (the policy Wasm is built first: the tests load it),
+## then one line that adds up every test binary's result
 unit: policy
-	$(CARGO) test --workspace --no-fail-fast
+	set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
+	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
 test: policy lint unit
