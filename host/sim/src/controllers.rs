@@ -323,41 +323,27 @@ fn replicaset(st: &mut State, rs: &Value) {
 
 fn resource_requests(pod: &Value) -> BTreeMap<String, i128> {
     let mut out = BTreeMap::new();
-    let spec = &pod["spec"];
-    for c in spec
-        .get("containers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for (k, v) in c
-            .pointer("/resources/requests")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-        {
-            *out.entry(k.clone()).or_insert(0) += quantity::amount(k, v).unwrap_or(0);
-        }
+    for (k, amount) in container_requests(pod, "containers") {
+        *out.entry(k).or_insert(0) += amount;
     }
     // Init containers run one at a time: the pod needs the max of them and the sum above.
-    for c in spec
-        .get("initContainers")
+    for (k, amount) in container_requests(pod, "initContainers") {
+        let e = out.entry(k).or_insert(0);
+        *e = (*e).max(amount);
+    }
+    out
+}
+
+/// Every `(resource, amount)` request of the containers in `spec.<list>`.
+fn container_requests<'a>(pod: &'a Value, list: &str) -> impl Iterator<Item = (String, i128)> + 'a {
+    pod["spec"]
+        .get(list)
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-    {
-        for (k, v) in c
-            .pointer("/resources/requests")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-        {
-            let a = quantity::amount(k, v).unwrap_or(0);
-            let e = out.entry(k.clone()).or_insert(0);
-            *e = (*e).max(a);
-        }
-    }
-    out
+        .filter_map(|c| c.pointer("/resources/requests").and_then(Value::as_object))
+        .flatten()
+        .map(|(k, v)| (k.clone(), quantity::amount(k, v).unwrap_or(0)))
 }
 
 fn tolerates(pod: &Value, taint: &Value) -> bool {
