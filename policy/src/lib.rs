@@ -3,10 +3,12 @@
 //! Validates that every jump pod (and every jump-pod ReplicaSet template) is Guaranteed with
 //! at least the configured cpu, memory and ephemeral-storage request, and upgrades bare
 //! legacy pods at creation into the labelled schema. The contract itself lives in the
-//! `jumppod` crate; this crate only speaks waPC.
+//! `jumppod` crate; this crate only speaks waPC. The same functions run natively in the host
+//! (`jumppod_review::Native`), so the module and the host cannot disagree.
+
+pub mod settings;
 
 use jumppod::admission::{self, Outcome, Request};
-use jumppod::settings::Settings;
 use kubewarden_policy_sdk::response::ValidationResponse;
 use kubewarden_policy_sdk::settings::SettingsValidationResponse;
 use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
@@ -70,16 +72,7 @@ pub fn evaluate(payload: &[u8]) -> Vec<u8> {
 
 /// The `validate_settings` answer.
 pub fn check_settings(payload: &[u8]) -> SettingsValidationResponse {
-    match Settings::from_json(payload).and_then(|s| s.contract()) {
-        Ok(_) => SettingsValidationResponse {
-            valid: true,
-            message: None,
-        },
-        Err(e) => SettingsValidationResponse {
-            valid: false,
-            message: Some(e.to_string()),
-        },
-    }
+    settings::check(payload)
 }
 
 fn decide(payload: &[u8]) -> Outcome {

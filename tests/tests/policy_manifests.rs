@@ -138,3 +138,63 @@ fn the_shipped_settings_are_valid_for_the_built_module() {
         assert!(answer.valid, "{settings}: {answer:?}");
     }
 }
+
+/// The settings as a nested object, from `questions-ui.yml`'s dotted variables and defaults.
+fn question_defaults() -> Value {
+    let questions = yaml("policy/questions-ui.yml");
+    let mut settings = json!({});
+    for q in questions["questions"]
+        .as_array()
+        .expect("a list of questions")
+    {
+        let path: Vec<&str> = q["variable"]
+            .as_str()
+            .expect("a variable")
+            .split('.')
+            .collect();
+        let (last, parents) = path.split_last().unwrap();
+        let mut node = &mut settings;
+        for p in parents {
+            node = node
+                .as_object_mut()
+                .unwrap()
+                .entry(p.to_string())
+                .or_insert(json!({}));
+        }
+        node[*last] = q["default"].clone();
+    }
+    settings
+}
+
+#[test]
+fn the_settings_form_asks_for_every_setting_with_its_default() {
+    assert_eq!(question_defaults(), settings(Some("defaults.json")));
+    let answer = validate_settings(&question_defaults());
+    assert!(answer.valid, "{answer:?}");
+}
+
+#[test]
+fn artifact_hub_knows_the_repository_owner() {
+    let repo = yaml("policy/artifacthub-repo.yml");
+    let owners = repo["owners"].as_array().expect("owners");
+    assert!(!owners.is_empty());
+    assert!(
+        owners
+            .iter()
+            .all(|o| o["email"].as_str().is_some_and(|e| e.contains('@')))
+    );
+}
+
+#[test]
+fn the_policy_readme_is_the_one_annotate_ships() {
+    let makefile = std::fs::read_to_string(workspace().join("Makefile")).unwrap();
+    assert!(makefile.contains("kwctl annotate -m policy/metadata.yml -u policy/README.md"));
+    let readme = std::fs::read_to_string(workspace().join("policy/README.md")).unwrap();
+    for section in ["## What it judges", "## Settings", "## Loading it"] {
+        assert!(readme.contains(section), "{section} missing");
+    }
+    assert!(
+        !readme.contains("jumppod ensure"),
+        "the policy's README is about the policy, not the host"
+    );
+}

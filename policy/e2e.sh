@@ -3,14 +3,14 @@
 # `kwctl annotate` and `kwctl inspect`. Runs where kwctl, bats and jq are installed; elsewhere
 # it says what is missing and exits 0.
 #
-#   tests/e2e-kwctl/run.sh [path/to/policy.wasm]
+#   policy/e2e.sh [path/to/policy.wasm]
 #
 # The module: the argument, else $POLICY_WASM, else ./policy.wasm (`make policy` writes it),
 # else $JUMPPOD_POLICY_WASM, else target/wasm32-wasip1/release/jumppod_policy.wasm.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+root="$(cd "$here/.." && pwd)"
 
 for tool in kwctl bats jq; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -37,4 +37,4 @@ POLICY_WASM="$(cd "$(dirname "$wasm")" && pwd)/$(basename "$wasm")"
 export POLICY_WASM
 echo "kwctl $(kwctl --version 2>/dev/null | head -n1) on $POLICY_WASM"
 cd "$root"
-exec bats "$here/policy.bats"
+exec bats "$here/e2e.bats"
