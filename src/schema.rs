@@ -21,12 +21,50 @@ pub const SSH_PORT: i32 = 22;
 pub const DEFAULT_IMAGE: &str = "testcontainers/sshd:1.3.0@sha256:c50c0f59554dcdb2d9e5e705112144428ae9d04ac0af6322b365a18e24213a6a";
 
 /// Which label schema a jump pod (or a pod template) follows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Schema {
     /// `app.kubernetes.io/name=dstack-ssh-proxy` (dstack #3891 and later).
+    #[serde(rename = "current")]
     Current,
     /// `app.kubernetes.io/name=<its own name>`, the name ending in `-ssh-jump-pod`.
+    #[serde(rename = "pre-#3891")]
     Legacy,
+}
+
+impl Schema {
+    /// How dstack's changelog names the schema.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Schema::Current => "current",
+            Schema::Legacy => "pre-#3891",
+        }
+    }
+
+    /// The schema of a project's pod, from its labels: current when it carries the instance
+    /// label of `jump_pod_name`, legacy when only `app.kubernetes.io/name` names it; None for
+    /// a pod of neither (not this project's jump pod).
+    pub fn of_labels(labels: &BTreeMap<String, String>, jump_pod_name: &str) -> Option<Schema> {
+        let is = |key: &str| labels.get(key).is_some_and(|v| v == jump_pod_name);
+        if is(INSTANCE_LABEL) {
+            Some(Schema::Current)
+        } else if is(NAME_LABEL) {
+            Some(Schema::Legacy)
+        } else {
+            None
+        }
+    }
+
+    /// The schema a Service's (or a ReplicaSet's) selector selects: exactly
+    /// [`current_selector`] or [`legacy_selector`]; None for any other selector.
+    pub fn of_selector(selector: &BTreeMap<String, String>, jump_pod_name: &str) -> Option<Schema> {
+        if *selector == current_selector(jump_pod_name) {
+            Some(Schema::Current)
+        } else if *selector == legacy_selector(jump_pod_name) {
+            Some(Schema::Legacy)
+        } else {
+            None
+        }
+    }
 }
 
 /// Decides from metadata alone whether an object is a jump pod, and of which schema:
@@ -133,6 +171,37 @@ mod tests {
         let labels = labels(pairs);
         assert_eq!(
             classify(labels.get(NAME_LABEL).map(String::as_str), name),
+            expected
+        );
+    }
+
+    #[rstest]
+    #[case::the_instance_label_is_the_current_schema(
+        &[(INSTANCE_LABEL, "dstack-p-ssh-jump-pod"), (NAME_LABEL, APP_NAME)], Some(Schema::Current))]
+    #[case::only_the_name_label_is_the_legacy_schema(
+        &[(NAME_LABEL, "dstack-p-ssh-jump-pod")], Some(Schema::Legacy))]
+    #[case::another_projects_instance_is_neither(
+        &[(INSTANCE_LABEL, "dstack-q-ssh-jump-pod")], None)]
+    #[case::no_labels_is_neither(&[], None)]
+    fn tells_a_projects_pod_schema_from_its_labels(
+        #[case] pairs: &[(&str, &str)],
+        #[case] expected: Option<Schema>,
+    ) {
+        assert_eq!(
+            Schema::of_labels(&labels(pairs), "dstack-p-ssh-jump-pod"),
+            expected
+        );
+    }
+
+    #[rstest]
+    #[case::the_instance_selector_is_current(&[(INSTANCE_LABEL, "dstack-p-ssh-jump-pod")], Some(Schema::Current))]
+    #[case::the_name_selector_is_legacy(&[(NAME_LABEL, "dstack-p-ssh-jump-pod")], Some(Schema::Legacy))]
+    #[case::a_wider_selector_is_neither(
+        &[(INSTANCE_LABEL, "dstack-p-ssh-jump-pod"), ("tier", "x")], None)]
+    #[case::an_empty_selector_is_neither(&[], None)]
+    fn tells_a_selectors_schema(#[case] pairs: &[(&str, &str)], #[case] expected: Option<Schema>) {
+        assert_eq!(
+            Schema::of_selector(&labels(pairs), "dstack-p-ssh-jump-pod"),
             expected
         );
     }

@@ -1,0 +1,29 @@
+//! The AdmissionReview around the jumppod policy.
+//!
+//! A policy answers `validate` with a [`ValidationResponse`] (the waPC shape the Kubewarden SDK
+//! writes); policy-server turns it into the AdmissionResponse the API server receives, with the
+//! mutated object as a base64 JSONPatch ([`admission_response`], what `kwctl run` prints).
+//! [`Policy`] is "judge this request": [`Native`] runs the guest's own code compiled natively
+//! (no Wasm runtime, the default of `jumppod ensure`); the `jumppod-wasm` crate runs the built
+//! module the way policy-server does. Both give the same bytes for the same request.
+
+mod error;
+mod native;
+mod response;
+
+pub use error::Error;
+pub use native::Native;
+pub use response::{
+    SettingsResponse, ValidationResponse, admission_response, decode_patch, request_of,
+};
+
+use serde_json::Value;
+
+/// A policy that judges AdmissionRequests, as policy-server calls it.
+pub trait Policy: Send + Sync {
+    /// `validate` of one AdmissionRequest (camelCase, as the API server sends it).
+    fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error>;
+
+    /// `validate_settings`.
+    fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error>;
+}

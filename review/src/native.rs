@@ -1,0 +1,87 @@
+use crate::{Error, Policy, SettingsResponse, ValidationResponse};
+use serde_json::{Value, json};
+
+/// The policy's own code, compiled natively: the very functions the Wasm guest exports
+/// (`jumppod_policy::evaluate` and `check_settings`), called with the payload policy-server
+/// would send. No Wasm runtime, so judging costs microseconds and no compilation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Native;
+
+impl Policy for Native {
+    fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
+        let payload = json!({"request": request, "settings": settings}).to_string();
+        let answer = jumppod_policy::evaluate(payload.as_bytes());
+        serde_json::from_slice(&answer).map_err(|source| Error::Answer {
+            operation: "validate",
+            source,
+        })
+    }
+
+    fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error> {
+        let answer = jumppod_policy::check_settings(settings.to_string().as_bytes());
+        Ok(SettingsResponse {
+            valid: answer.valid,
+            message: answer.message,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_request(labels: Value, resources: Value) -> Value {
+        json!({
+            "uid": "u1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "name": "dstack-main-ssh-jump-pod-x1",
+            "object": {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "dstack-main-ssh-jump-pod-x1", "labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}
+            }
+        })
+    }
+
+    #[test]
+    fn an_ordinary_pod_is_accepted_untouched() {
+        let answer = Native
+            .validate(&pod_request(json!({"app": "web"}), json!({})), &json!({}))
+            .unwrap();
+        assert!(answer.accepted);
+        assert_eq!(answer.mutated_object, None);
+    }
+
+    #[test]
+    fn an_undersized_jump_pod_is_rejected_with_the_policys_message() {
+        let tiny = json!({"requests": {"cpu": "10m", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+                          "limits": {"cpu": "10m", "memory": "1Gi"}});
+        let answer = Native
+            .validate(
+                &pod_request(json!({"app.kubernetes.io/name": "dstack-ssh-proxy"}), tiny),
+                &json!({}),
+            )
+            .unwrap();
+        assert!(!answer.accepted);
+        let message = answer.message.unwrap();
+        assert!(
+            message.contains("cpu") && message.contains("10m"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn settings_are_checked_by_the_policys_rules() {
+        let answer = Native
+            .validate_settings(&json!({"cpu": {"minimum": "50m"}}))
+            .unwrap();
+        assert!(!answer.valid);
+        assert_eq!(
+            answer.message.as_deref(),
+            Some(
+                "invalid setting `cpu.minimum`: 50m is below the floor 100m: settings may raise the contract's floors, never lower them"
+            )
+        );
+    }
+}

@@ -1,0 +1,159 @@
+use crate::Error;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The guest's answer to `validate`, as the Kubewarden SDK writes it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ValidationResponse {
+    pub accepted: bool,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub code: Option<u16>,
+    #[serde(default)]
+    pub mutated_object: Option<Value>,
+    #[serde(default)]
+    pub warnings: Option<Vec<String>>,
+    #[serde(default)]
+    pub audit_annotations: Option<Value>,
+}
+
+/// The guest's answer to `validate_settings`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SettingsResponse {
+    pub valid: bool,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// The AdmissionRequest in a document: a bare request or a whole AdmissionReview (both are
+/// what `kwctl run --request-path` accepts).
+pub fn request_of(document: &Value) -> Result<&Value, Error> {
+    let request = document.get("request").unwrap_or(document);
+    if request.is_object() {
+        Ok(request)
+    } else {
+        Err(Error::NotARequest {
+            found: kind_of(request),
+        })
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The AdmissionResponse policy-server sends back (and `kwctl run` prints): the mutated object
+/// becomes a base64 JSONPatch of the request's object; an empty diff is no patch.
+pub fn admission_response(request: &Value, response: &ValidationResponse) -> Value {
+    let mut answer = json!({
+        "uid": request.get("uid").cloned().unwrap_or(Value::String(String::new())),
+        "allowed": response.accepted,
+    });
+    if let (Some(mutated), Some(object)) = (&response.mutated_object, request.get("object")) {
+        let patch = json_patch::diff(object, mutated);
+        if !patch.0.is_empty() {
+            let text = serde_json::to_vec(&patch).unwrap_or_default();
+            answer["patchType"] = json!("JSONPatch");
+            answer["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+        }
+    }
+    if !response.accepted {
+        let mut status = json!({"message": response.message.clone().unwrap_or_default()});
+        if let Some(code) = response.code {
+            status["code"] = json!(code);
+        }
+        answer["status"] = status;
+    }
+    if let Some(warnings) = response.warnings.as_ref().filter(|w| !w.is_empty()) {
+        answer["warnings"] = json!(warnings);
+    }
+    answer
+}
+
+/// The JSONPatch of an AdmissionResponse, if it has one.
+pub fn decode_patch(answer: &Value) -> Result<Option<json_patch::Patch>, Error> {
+    let Some(text) = answer.get("patch").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| Error::Patch { source: e.into() })?;
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Patch { source: e.into() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::a_bare_request_is_taken_as_it_is(json!({"uid": "a"}), "a")]
+    #[case::a_review_gives_its_request(json!({"kind": "AdmissionReview", "request": {"uid": "b"}}), "b")]
+    fn finds_the_request(#[case] document: Value, #[case] uid: &str) {
+        assert_eq!(request_of(&document).unwrap()["uid"], uid);
+    }
+
+    #[rstest]
+    #[case::an_array_names_itself(json!([1]), "expected an AdmissionRequest or an AdmissionReview object, found an array")]
+    #[case::a_review_whose_request_is_a_string(json!({"request": "x"}), "expected an AdmissionRequest or an AdmissionReview object, found a string")]
+    fn refuses_what_is_not_a_request(#[case] document: Value, #[case] message: &str) {
+        assert_eq!(request_of(&document).unwrap_err().to_string(), message);
+    }
+
+    #[test]
+    fn a_mutation_becomes_a_base64_json_patch_that_decodes_back() {
+        let request = json!({"uid": "u", "object": {"metadata": {"labels": {"a": "1"}}}});
+        let response = ValidationResponse {
+            accepted: true,
+            mutated_object: Some(json!({"metadata": {"labels": {"a": "1", "b": "2"}}})),
+            ..ValidationResponse::default()
+        };
+        let answer = admission_response(&request, &response);
+        assert_eq!(answer["patchType"], "JSONPatch");
+        let patch = serde_json::to_value(decode_patch(&answer).unwrap().unwrap()).unwrap();
+        assert_eq!(
+            patch,
+            json!([{"op": "add", "path": "/metadata/labels/b", "value": "2"}])
+        );
+    }
+
+    #[test]
+    fn an_unchanged_mutated_object_is_no_patch() {
+        let object = json!({"metadata": {"name": "x"}});
+        let request = json!({"uid": "u", "object": object});
+        let response = ValidationResponse {
+            accepted: true,
+            mutated_object: Some(object),
+            ..ValidationResponse::default()
+        };
+        let answer = admission_response(&request, &response);
+        assert_eq!(answer, json!({"uid": "u", "allowed": true}));
+    }
+
+    #[test]
+    fn a_rejection_carries_its_message_code_and_warnings() {
+        let response = ValidationResponse {
+            accepted: false,
+            message: Some("no".into()),
+            code: Some(400),
+            warnings: Some(vec!["careful".into()]),
+            ..ValidationResponse::default()
+        };
+        assert_eq!(
+            admission_response(&json!({"uid": "u"}), &response),
+            json!({"uid": "u", "allowed": false, "status": {"message": "no", "code": 400},
+                   "warnings": ["careful"]})
+        );
+    }
+}

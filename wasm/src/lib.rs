@@ -1,0 +1,198 @@
+//! Runs a policy module the way Kubewarden's policy-server does: wasmtime through the waPC
+//! runtime, the module compiled once, a fresh instance per evaluation, epoch interruption
+//! bounding every call (one tick a second, a 2-tick deadline by default), and the
+//! `kubewarden/tracing/log` capability answered.
+//!
+//! Compiling the 1 MiB module with cranelift costs seconds and hundreds of MiB, so only the
+//! places where the exact module matters load it: `jumppod eval`, `--policy FILE`, the tests
+//! that prove the module and the native build agree.
+
+use jumppod_review::{Error, Policy, SettingsResponse, ValidationResponse};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use wapc::WapcHost;
+use wasmtime_provider::wasmtime;
+use wasmtime_provider::{EpochDeadlines, WasmtimeEngineProviderBuilder, WasmtimeEngineProviderPre};
+
+/// policy-server's default: each evaluation may run for 2 epoch ticks of one second.
+pub const DEFAULT_DEADLINE_TICKS: u64 = 2;
+
+/// Why a module cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read the policy module {path} (`make policy` builds it)")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}")]
+    Runtime {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+fn runtime(what: &'static str) -> impl FnOnce(wasmtime::Error) -> LoadError {
+    move |e| LoadError::Runtime {
+        what,
+        source: e.into(),
+    }
+}
+
+/// A compiled policy module.
+pub struct WasmPolicy {
+    pre: WasmtimeEngineProviderPre,
+    deadlines: EpochDeadlines,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for WasmPolicy {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl WasmPolicy {
+    /// Reads and compiles a module file with policy-server's defaults.
+    pub fn from_file(path: &Path) -> Result<WasmPolicy, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        WasmPolicy::load(&bytes)
+    }
+
+    /// Compiles a module with policy-server's defaults.
+    pub fn load(wasm: &[u8]) -> Result<WasmPolicy, LoadError> {
+        WasmPolicy::with_deadline(wasm, DEFAULT_DEADLINE_TICKS)
+    }
+
+    /// Compiles a module; every call may run for `ticks` seconds.
+    pub fn with_deadline(wasm: &[u8], ticks: u64) -> Result<WasmPolicy, LoadError> {
+        let mut config = wasmtime::Config::default();
+        config.epoch_interruption(true);
+        let engine = wasmtime::Engine::new(&config).map_err(runtime("cannot start wasmtime"))?;
+        let module = wasmtime::Module::new(&engine, wasm)
+            .map_err(runtime("not a loadable WebAssembly module"))?;
+        let pre = WasmtimeEngineProviderBuilder::new()
+            .engine(engine.clone())
+            .module(module)
+            .build_pre()
+            .map_err(|e| LoadError::Runtime {
+                what: "cannot prepare the module",
+                source: e.into(),
+            })?;
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let stop = stop_ticker.clone();
+        let weak = engine.weak();
+        drop(engine);
+        // The epoch clock: one tick a second while the module is alive, as policy-server runs.
+        std::thread::Builder::new()
+            .name("jumppod-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(|e| LoadError::Runtime {
+                what: "cannot start the epoch ticker",
+                source: e.into(),
+            })?;
+        Ok(WasmPolicy {
+            pre,
+            deadlines: EpochDeadlines {
+                wapc_init: ticks,
+                wapc_func: ticks,
+            },
+            stop_ticker,
+        })
+    }
+
+    /// A fresh instance, as policy-server makes for every request.
+    pub fn instance(&self) -> Result<Instance, Error> {
+        let module_error = |source: Box<dyn std::error::Error + Send + Sync>| Error::Module {
+            operation: "wapc_init",
+            source,
+        };
+        let provider = self
+            .pre
+            .rehydrate(Some(self.deadlines))
+            .map_err(|e| module_error(e.into()))?;
+        let wapc = WapcHost::new(Box::new(provider), Some(Box::new(capabilities)))
+            .map_err(|e| module_error(e.into()))?;
+        Ok(Instance { wapc })
+    }
+}
+
+impl Policy for WasmPolicy {
+    fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
+        self.instance()?.validate(request, settings)
+    }
+
+    fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error> {
+        self.instance()?.validate_settings(settings)
+    }
+}
+
+/// One instantiated module; reusable for several calls (policy-server does not reuse them;
+/// benchmarks do, to tell the instance's cost from the policy's).
+pub struct Instance {
+    wapc: WapcHost,
+}
+
+impl Instance {
+    /// Calls a waPC function with raw bytes.
+    pub fn call(&self, operation: &'static str, payload: &[u8]) -> Result<Vec<u8>, Error> {
+        self.wapc
+            .call(operation, payload)
+            .map_err(|e| Error::Module {
+                operation,
+                source: e.into(),
+            })
+    }
+
+    pub fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error> {
+        let answer = self.call("validate_settings", settings.to_string().as_bytes())?;
+        serde_json::from_slice(&answer).map_err(|source| Error::Answer {
+            operation: "validate_settings",
+            source,
+        })
+    }
+
+    pub fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
+        let payload = json!({"request": request, "settings": settings}).to_string();
+        let answer = self.call("validate", payload.as_bytes())?;
+        serde_json::from_slice(&answer).map_err(|source| Error::Answer {
+            operation: "validate",
+            source,
+        })
+    }
+}
+
+/// The runtime capabilities a policy may call. This policy only logs.
+fn capabilities(
+    _id: u64,
+    binding: &str,
+    namespace: &str,
+    operation: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
+    match (binding, namespace, operation) {
+        ("kubewarden", "tracing", "log") => {
+            tracing::debug!(target: "jumppod::policy", line = %String::from_utf8_lossy(payload), "policy log");
+            Ok(Vec::new())
+        }
+        _ => {
+            Err(format!("the capability {binding}/{namespace}/{operation} is not provided").into())
+        }
+    }
+}
