@@ -1,14 +1,16 @@
 # jumppod: `make demo` shows it working, `make test` proves it. Both set up what they need
-# (the wasm32-wasip1 target, clippy and rustfmt) on a machine that has only rustup's Rust.
+# (the wasm32-wasip1 target, clippy and rustfmt; kubectl from Debian for the tests) on a machine
+# that has only rustup's Rust.
 
 SHELL        := /bin/bash
 CARGO        ?= cargo
 WASM_TARGET  := wasm32-wasip1
 TARGET_DIR   := $(CURDIR)/target
 POLICY_WASM  := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_policy.wasm
+POLICY_SRC   := $(shell find src policy/src -name '*.rs') Cargo.toml Cargo.lock policy/Cargo.toml
 export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
 
-.PHONY: all setup policy test lint fmt unit demo bench e2e-kwctl clean
+.PHONY: all setup kubectl policy test lint fmt unit demo bench e2e-kwctl clean
 
 all: policy
 
@@ -18,11 +20,25 @@ setup:
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 
+## kubectl: the simulator's tests drive it (Debian's kubernetes-client) and need it installed
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 || { \
+	  echo "kubectl not found: installing Debian's kubernetes-client (the simulator's kubectl tests use it)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kubernetes-client >/dev/null; \
+	  else echo "run as root or install kubectl yourself (apt-get install kubernetes-client)" >&2; exit 1; fi; }
+
 ## policy: build the Kubewarden policy (policy.wasm at the top of the repo)
-policy: setup
+policy: policy.wasm
+
+policy.wasm: $(POLICY_SRC) | setup
 	$(CARGO) build -p jumppod-policy --target $(WASM_TARGET) --release
-	cp $(POLICY_WASM) policy.wasm
-	@echo "policy.wasm: $$(wc -c < policy.wasm) bytes"
+	cp $(POLICY_WASM) $@
+	@echo "policy.wasm: $$(wc -c < $@) bytes"
+
+## annotated-policy.wasm: policy.wasm with metadata.yml and policy/README.md (needs kwctl)
+annotated-policy.wasm: policy.wasm policy/metadata.yml policy/README.md
+	@command -v kwctl >/dev/null 2>&1 || { echo "kwctl not found: it annotates the module (https://docs.kubewarden.io)" >&2; exit 1; }
+	kwctl annotate -m policy/metadata.yml -u policy/README.md -o $@ policy.wasm
 
 ## lint: formatting and clippy, warnings are errors
 lint: setup
@@ -31,7 +47,7 @@ lint: setup
 
 ## unit: every test of the workspace (the policy Wasm is built first: the tests load it),
 ## then one line that adds up every test binary's result
-unit: policy
+unit: policy kubectl
 	set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
@@ -39,8 +55,10 @@ unit: policy
 test: policy lint unit
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
-demo: policy
-	$(CARGO) run -q -p jumppod-host -- demo
+## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
+demo: setup
+	@echo "building the demo (a fresh clone compiles for a few minutes; cargo shows its progress)"
+	$(CARGO) run -p jumppod-e2e --bin demo
 
 ## bench: criterion benchmarks (policy through waPC, simulator, host)
 bench: policy
@@ -48,7 +66,7 @@ bench: policy
 
 ## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats
 e2e-kwctl: policy
-	tests/e2e-kwctl/run.sh
+	policy/e2e.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -30,24 +30,33 @@ impl Default for ClientOptions {
 }
 
 /// Builds a client; also returns the namespace of the kubeconfig's context.
-pub async fn client(options: &ClientOptions) -> anyhow::Result<(Client, String)> {
+pub async fn client(options: &ClientOptions) -> Result<(Client, String), HostError> {
     let kc_options = KubeConfigOptions {
         context: options.context.clone(),
         ..KubeConfigOptions::default()
     };
+    let kubeconfig_error = |what: String| move |source| HostError::Client { what, source };
     let mut config = match (&options.kubeconfig, &options.context) {
         (Some(path), _) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| {
-                anyhow::anyhow!("cannot read the kubeconfig {}: {e}", path.display())
-            })?;
-            kube::Config::from_custom_kubeconfig(kc, &kc_options).await?
+            let kc = Kubeconfig::read_from(path).map_err(kubeconfig_error(format!(
+                "cannot read the kubeconfig {}",
+                path.display()
+            )))?;
+            kube::Config::from_custom_kubeconfig(kc, &kc_options)
+                .await
+                .map_err(kubeconfig_error(format!(
+                    "cannot use the kubeconfig {}",
+                    path.display()
+                )))?
         }
-        (None, Some(_)) => kube::Config::from_kubeconfig(&kc_options).await?,
-        (None, None) => kube::Config::infer().await.map_err(|e| {
-            anyhow::anyhow!(
-                "no Kubernetes configuration found ({e}): set KUBECONFIG, pass --kubeconfig, or run in a pod"
-            )
-        })?,
+        (None, Some(context)) => {
+            kube::Config::from_kubeconfig(&kc_options)
+                .await
+                .map_err(kubeconfig_error(format!(
+                    "cannot use the context {context} of the kubeconfig"
+                )))?
+        }
+        (None, None) => kube::Config::infer().await?,
     };
     // Our own retry loop, bounded by the command's deadline, replaces kube's.
     config.default_retry = false;
@@ -99,12 +108,10 @@ impl Kube {
             };
             let now = Instant::now();
             if now + wait >= self.deadline {
-                tracing::warn!("{op}: giving up after {attempt} attempts: {err}");
+                tracing::warn!(op = %op, attempt, error = %err, "giving up: the deadline would pass");
                 return Err(err);
             }
-            tracing::info!(
-                "{op}: transient error (attempt {attempt}), retrying in {wait:?}: {err}"
-            );
+            tracing::info!(op = %op, attempt, retry_in = ?wait, error = %err, "transient error, retrying");
             tokio::time::sleep(wait).await;
             delay = (delay * 2).min(self.max_backoff);
         }
@@ -135,7 +142,7 @@ pub fn transient(op: &Op<'_>, err: &kube::Error, backoff: Duration) -> Option<Du
             500 | 502 | 503 | 504 => Some(backoff + jitter),
             409 if status.reason != "AlreadyExists"
                 && (op.verb == "create"
-                    || (op.verb == "delete" && !status.message.contains("Precondition"))) =>
+                    || (op.verb == "delete" && !is_precondition_status(status))) =>
             {
                 Some(backoff + jitter)
             }
@@ -159,6 +166,28 @@ pub struct Op<'a> {
     pub name: Option<&'a str>,
 }
 
+impl<'a> Op<'a> {
+    /// An operation on `resource`; its API group follows from the resource.
+    pub fn new(
+        verb: &'static str,
+        resource: &'static str,
+        namespace: Option<&'a str>,
+        name: Option<&'a str>,
+    ) -> Op<'a> {
+        let group = match resource {
+            "replicasets" => "apps",
+            _ => "",
+        };
+        Op {
+            verb,
+            resource,
+            group,
+            namespace,
+            name,
+        }
+    }
+}
+
 impl std::fmt::Display for Op<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.verb, self.resource)?;
@@ -174,54 +203,54 @@ impl std::fmt::Display for Op<'_> {
 
 /// Explains an error that ended an operation.
 pub fn explain(op: &Op<'_>, err: kube::Error) -> HostError {
-    match err {
-        kube::Error::Api(status) => {
-            let group = if op.group.is_empty() {
-                "the core API group".to_owned()
-            } else {
-                format!("API group {}", op.group)
-            };
-            let hint = match status.code {
-                401 => {
-                    "the credentials of the kubeconfig are not accepted; refresh them".to_owned()
-                }
-                403 => format!(
-                    "jumppod needs the `{}` verb on `{}` ({group}){}: the rules printed by `jumppod rbac --namespace {}` grant exactly what it uses",
-                    op.verb,
-                    op.resource,
-                    op.namespace
-                        .map(|ns| format!(" in namespace {ns}"))
-                        .unwrap_or_default(),
-                    op.namespace.unwrap_or("NAMESPACE"),
-                ),
-                429 | 500..=599 => {
-                    return HostError::GaveUp(format!(
-                        "cannot {op}: the API server kept failing ({} {}) until the deadline: {}; try again later or raise --timeout",
-                        status.code, status.reason, status.message
-                    ));
-                }
-                _ => String::new(),
-            };
-            let message = if hint.is_empty() {
-                format!("cannot {op}: {} ({})", status.message, status.reason)
-            } else {
-                format!(
-                    "cannot {op}: {} ({})\n  {hint}",
-                    status.message, status.reason
-                )
-            };
-            HostError::Api {
-                message,
-                code: status.code,
-                reason: status.reason.clone(),
+    match &err {
+        kube::Error::Api(status) if status.code == 429 || status.code >= 500 => HostError::GaveUp {
+            op: op.to_string(),
+            what: "the API server kept failing",
+            detail: format!("{} {}: {}", status.code, status.reason, status.message),
+            advice: "try again later or raise --timeout",
+            source: Box::new(err),
+        },
+        kube::Error::Api(status) => HostError::Api {
+            op: op.to_string(),
+            code: status.code,
+            reason: status.reason.clone(),
+            message: status.message.clone(),
+            hint: hint(op, status.code),
+            source: Box::new(err),
+        },
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+            HostError::GaveUp {
+                op: op.to_string(),
+                what: "the API server did not answer in time or dropped the connection",
+                detail: err.to_string(),
+                advice: "check the cluster's address and health, or raise --timeout",
+                source: Box::new(err),
             }
         }
-        e @ (kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_)) => {
-            HostError::GaveUp(format!(
-                "cannot {op}: the API server did not answer in time or dropped the connection until the deadline ({e}); check the cluster's address and health, or raise --timeout"
-            ))
-        }
-        e => HostError::Other(anyhow::anyhow!("cannot {op}: {e}")),
+        _ => HostError::Kube(err),
+    }
+}
+
+/// What to do about a permanent error of `op`.
+fn hint(op: &Op<'_>, code: u16) -> Option<String> {
+    let group = if op.group.is_empty() {
+        "the core API group".to_owned()
+    } else {
+        format!("API group {}", op.group)
+    };
+    match code {
+        401 => Some("the credentials of the kubeconfig are not accepted; refresh them".to_owned()),
+        403 => Some(format!(
+            "jumppod needs the `{}` verb on `{}` ({group}){}: the rules printed by `jumppod rbac --namespace {}` grant exactly what it uses",
+            op.verb,
+            op.resource,
+            op.namespace
+                .map(|ns| format!(" in namespace {ns}"))
+                .unwrap_or_default(),
+            op.namespace.unwrap_or("NAMESPACE"),
+        )),
+        _ => None,
     }
 }
 
@@ -233,7 +262,16 @@ pub fn is_already_exists(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
 }
 
-/// 409 Conflict of a delete precondition (uid) that did not hold.
+/// 409 Conflict of a delete precondition (uid) that did not hold. The registry refuses it
+/// before storage with `Operation cannot be fulfilled on pods "x": the UID in the precondition
+/// (...) does not match the UID in record (...)`, the storage layer with `Precondition failed:
+/// ...`: matched by code and reason and a case-insensitive "precondition", never by exact text.
 pub fn is_precondition_failed(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 409 && s.reason != "AlreadyExists" && s.message.contains("Precondition"))
+    matches!(err, kube::Error::Api(s) if is_precondition_status(s))
+}
+
+fn is_precondition_status(s: &kube::core::Status) -> bool {
+    s.code == 409
+        && s.reason == "Conflict"
+        && s.message.to_ascii_lowercase().contains("precondition")
 }

@@ -3,10 +3,10 @@
 //! whose uid precondition fails (409 Conflict: the object was replaced in between) deletes
 //! nothing and is reported. Transient errors are retried within the deadline (see `api`).
 
+use crate::action::Action;
 use crate::api::{Kube, Op, explain, is_already_exists, is_not_found, is_precondition_failed};
 use crate::error::HostError;
-use crate::observe::op;
-use crate::plan::{Action, name_of};
+use crate::objects::{name_of, node_port};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::Api;
@@ -26,9 +26,9 @@ pub enum Outcome {
     ReplacedMeanwhile,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Applied {
-    pub action: String,
+    pub action: Action,
     pub outcome: Outcome,
 }
 
@@ -47,7 +47,7 @@ pub async fn apply(
                     kube,
                     &api,
                     ns,
-                    op("create", "namespaces", None, ns.metadata.name.as_deref()),
+                    Op::new("create", "namespaces", None, ns.metadata.name.as_deref()),
                 )
                 .await?
             }
@@ -57,7 +57,7 @@ pub async fn apply(
                     kube,
                     &api,
                     rs.as_ref(),
-                    op(
+                    Op::new(
                         "create",
                         "replicasets",
                         Some(namespace),
@@ -71,7 +71,7 @@ pub async fn apply(
                 keeps_port,
             } => {
                 let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
-                let o = op(
+                let o = Op::new(
                     "create",
                     "services",
                     Some(namespace),
@@ -79,25 +79,17 @@ pub async fn apply(
                 );
                 match create(kube, &api, service.as_ref(), o).await {
                     Err(HostError::Api {
-                        message,
                         code: 422,
-                        reason,
+                        message,
+                        source,
+                        ..
                     }) if message.contains("already allocated") => {
-                        let port = keeps_port.or_else(|| crate::plan::node_port(service));
-                        let why = if keeps_port.is_some() {
-                            "the NodePort the old Service had, which running jobs use as their SSH proxy port, was taken by another Service in the meantime"
-                        } else {
-                            "the configured NodePort is used by another Service"
-                        };
-                        return Err(HostError::Api {
-                            message: format!(
-                                "cannot create service {} on NodePort {}: {why}.\n  {message}\n  Find the Service holding it with `kubectl get services -A -o wide | grep {}` and free the port, then run `jumppod ensure` again; or set `port` to a free NodePort (running jobs then need their ssh_proxy updated).",
-                                name_of(&service.metadata),
-                                port.map(|p| p.to_string()).unwrap_or_default(),
-                                port.map(|p| p.to_string()).unwrap_or_default(),
-                            ),
-                            code: 422,
-                            reason,
+                        return Err(HostError::NodePortTaken {
+                            service: name_of(&service.metadata).to_owned(),
+                            port: keeps_port.or_else(|| node_port(service)).unwrap_or(0),
+                            kept: keeps_port.is_some(),
+                            message,
+                            source,
                         });
                     }
                     other => other?,
@@ -109,7 +101,7 @@ pub async fn apply(
                     kube,
                     &api,
                     uid,
-                    op("delete", "pods", Some(namespace), Some(name)),
+                    Op::new("delete", "pods", Some(namespace), Some(name)),
                 )
                 .await?
             }
@@ -119,14 +111,14 @@ pub async fn apply(
                     kube,
                     &api,
                     uid,
-                    op("delete", "services", Some(namespace), Some(name)),
+                    Op::new("delete", "services", Some(namespace), Some(name)),
                 )
                 .await?
             }
         };
-        tracing::info!("{action}: {outcome:?}");
+        tracing::info!(%action, ?outcome, "applied");
         done.push(Applied {
-            action: action.to_string(),
+            action: action.clone(),
             outcome,
         });
     }

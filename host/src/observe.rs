@@ -2,7 +2,7 @@
 //!
 //! `ensure` first reads the ReplicaSet and the Service (2 requests, concurrently). Only when
 //! one is missing, the Service still has the pre-#3891 selector, or the ReplicaSet has no ready
-//! replica does it read further: the namespace (when the ReplicaSet is missing), the legacy pod
+//! replica does it read further: the namespace (when the ReplicaSet is missing), the bare pod
 //! by name and the pods by instance label (concurrently).
 
 use crate::api::{Kube, Op, explain, is_not_found};
@@ -29,32 +29,12 @@ where
     }
 }
 
-pub fn op<'a>(
-    verb: &'static str,
-    resource: &'static str,
-    namespace: Option<&'a str>,
-    name: Option<&'a str>,
-) -> Op<'a> {
-    let group = if resource == "replicasets" {
-        "apps"
-    } else {
-        ""
-    };
-    Op {
-        verb,
-        resource,
-        group,
-        namespace,
-        name,
-    }
-}
-
 pub async fn replicaset(kube: &Kube, config: &Config) -> Result<Option<ReplicaSet>, HostError> {
     let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), &config.namespace);
     get_opt(
         kube,
         &api,
-        op(
+        Op::new(
             "get",
             "replicasets",
             Some(&config.namespace),
@@ -70,7 +50,7 @@ pub async fn service(kube: &Kube, config: &Config) -> Result<Option<Service>, Ho
     get_opt(
         kube,
         &api,
-        op("get", "services", Some(&config.namespace), Some(&name)),
+        Op::new("get", "services", Some(&config.namespace), Some(&name)),
     )
     .await
 }
@@ -80,18 +60,18 @@ pub async fn namespace_exists(kube: &Kube, config: &Config) -> Result<bool, Host
     Ok(get_opt(
         kube,
         &api,
-        op("get", "namespaces", None, Some(&config.namespace)),
+        Op::new("get", "namespaces", None, Some(&config.namespace)),
     )
     .await?
     .is_some())
 }
 
-pub async fn legacy_pod(kube: &Kube, config: &Config) -> Result<Option<Pod>, HostError> {
+pub async fn bare_pod(kube: &Kube, config: &Config) -> Result<Option<Pod>, HostError> {
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), &config.namespace);
     get_opt(
         kube,
         &api,
-        op("get", "pods", Some(&config.namespace), Some(&config.name)),
+        Op::new("get", "pods", Some(&config.namespace), Some(&config.name)),
     )
     .await
 }
@@ -101,7 +81,7 @@ pub async fn pods(kube: &Kube, config: &Config) -> Result<Vec<Pod>, HostError> {
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), &config.namespace);
     let params =
         ListParams::default().labels(&format!("{}={}", schema::INSTANCE_LABEL, config.name));
-    let op = op("list", "pods", Some(&config.namespace), None);
+    let op = Op::new("list", "pods", Some(&config.namespace), None);
     match kube.retry(&op, || api.list(&params)).await {
         Ok(list) => Ok(list.items),
         // A namespace that does not exist has no pods.
@@ -112,12 +92,12 @@ pub async fn pods(kube: &Kube, config: &Config) -> Result<Vec<Pod>, HostError> {
 
 pub async fn node(kube: &Kube, name: &str) -> Result<Option<Node>, HostError> {
     let api: Api<Node> = Api::all(kube.client.clone());
-    get_opt(kube, &api, op("get", "nodes", None, Some(name))).await
+    get_opt(kube, &api, Op::new("get", "nodes", None, Some(name))).await
 }
 
 pub async fn nodes(kube: &Kube) -> Result<Vec<Node>, HostError> {
     let api: Api<Node> = Api::all(kube.client.clone());
-    let op = op("list", "nodes", None, None);
+    let op = Op::new("list", "nodes", None, None);
     let params = ListParams::default();
     kube.retry(&op, || api.list(&params))
         .await
@@ -153,14 +133,14 @@ async fn further(
             Ok(None)
         }
     };
-    let (namespace_exists, legacy_pod, pods) =
-        tokio::try_join!(namespace, legacy_pod(kube, config), pods(kube, config))?;
+    let (namespace_exists, bare_pod, pods) =
+        tokio::try_join!(namespace, bare_pod(kube, config), pods(kube, config))?;
     Ok(Observed {
         namespace_exists,
         replicaset: rs,
         service: svc,
         looked_further: true,
-        legacy_pod,
+        bare_pod,
         pods,
     })
 }

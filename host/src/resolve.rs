@@ -2,14 +2,18 @@
 //! Service and answers the SSH proxy: hostname, the Service's NodePort, user root.
 //!
 //! Requests: the pods by instance label and the Service, concurrently (2 with `hostname`
-//! configured). The legacy pod by name only when no labelled pod is ready; the pod's node, or
+//! configured). The bare pod by name only when no labelled pod is ready; the pod's node, or
 //! all nodes, only when `hostname` is not configured.
 
+use crate::action::Finding;
 use crate::api::Kube;
 use crate::config::Config;
 use crate::error::HostError;
+use crate::objects::{
+    is_active, is_finished, is_ready, name_of, node_port, phase_of, selector_text,
+    service_selector, unschedulable,
+};
 use crate::observe;
-use crate::plan::{self, Finding, is_finished, is_ready, name_of, node_port, phase_of};
 use jumppod::schema;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
@@ -25,7 +29,7 @@ pub struct Proxy {
     /// The ready pod the Service routes to.
     pub pod: String,
     /// Whether that pod is the bare pod of an older release.
-    pub legacy: bool,
+    pub bare: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -48,7 +52,11 @@ impl std::fmt::Display for ResolveReport {
             p.hostname,
             p.port,
             p.pod,
-            if p.legacy { ", legacy bare pod" } else { "" }
+            if p.bare {
+                ", bare pod of an older release"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -58,6 +66,7 @@ fn matches(pod: &Pod, selector: &BTreeMap<String, String>) -> bool {
     !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
+#[tracing::instrument(name = "resolve", skip_all, fields(namespace = %config.namespace, jump_pod = %config.name))]
 pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, HostError> {
     let name = &config.name;
     let ns = &config.namespace;
@@ -79,12 +88,8 @@ pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, Host
                 .unwrap_or_default()
         )));
     };
-    let selector = svc
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.clone())
-        .unwrap_or_default();
-    let mut warnings: Vec<Finding> = pods.iter().filter_map(plan::unschedulable).collect();
+    let selector = service_selector(&svc);
+    let mut warnings: Vec<Finding> = pods.iter().filter_map(unschedulable).collect();
 
     let mut chosen = pods
         .iter()
@@ -93,18 +98,18 @@ pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, Host
         .cloned();
     if chosen.is_none() {
         // The bare pod of an older release, if the list did not already hold it.
-        let legacy = match pods.iter().find(|p| name_of(&p.metadata) == name) {
+        let bare = match pods.iter().find(|p| name_of(&p.metadata) == name) {
             Some(p) => Some(p.clone()),
-            None => observe::legacy_pod(kube, config).await?,
+            None => observe::bare_pod(kube, config).await?,
         };
-        if let Some(legacy) = legacy {
-            if let Some(u) = plan::unschedulable(&legacy) {
+        if let Some(bare) = bare {
+            if let Some(u) = unschedulable(&bare) {
                 warnings.push(u);
             }
-            if is_ready(&legacy) && matches(&legacy, &selector) {
-                chosen = Some(legacy);
-            } else if is_finished(&legacy) && !pods.iter().any(plan::is_active) {
-                let reason = legacy
+            if is_ready(&bare) && matches(&bare, &selector) {
+                chosen = Some(bare);
+            } else if is_finished(&bare) && !pods.iter().any(is_active) {
+                let reason = bare
                     .status
                     .as_ref()
                     .and_then(|s| s.reason.clone())
@@ -112,23 +117,23 @@ pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, Host
                     .unwrap_or_default();
                 return Err(HostError::NotReady(format!(
                     "the jump pod {name} in namespace {ns} has finished ({}{reason}) and, being a bare pod of an older release, is never replaced: run `jumppod ensure` to replace it with a ReplicaSet",
-                    phase_of(&legacy)
+                    phase_of(&bare)
                 )));
             }
         }
     }
     for w in &warnings {
-        tracing::warn!("{w}");
+        tracing::warn!(finding = %w, "finding");
     }
     let Some(pod) = chosen else {
         let mut message = format!(
             "no ready jump pod behind service {} (selector {}) in namespace {ns}",
             schema::service_name(name),
-            plan::selector_text(&selector)
+            selector_text(&selector)
         );
         let pending: Vec<String> = pods
             .iter()
-            .filter(|p| plan::is_active(p))
+            .filter(|p| is_active(p))
             .map(|p| format!("{} is {}", name_of(&p.metadata), phase_of(p)))
             .collect();
         if !pending.is_empty() {
@@ -147,14 +152,14 @@ pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, Host
         Some(h) => h.clone(),
         None => hostname_of(kube, &pod).await?,
     };
-    let legacy = name_of(&pod.metadata) == name;
+    let bare = name_of(&pod.metadata) == name;
     Ok(ResolveReport {
         proxy: Proxy {
             hostname,
             port,
             username: "root".into(),
             pod: name_of(&pod.metadata).to_owned(),
-            legacy,
+            bare,
         },
         warnings,
     })

@@ -1,13 +1,17 @@
-//! `status`: what exists for a project's jump pod: legacy objects, QoS classes, selectors,
-//! the NodePort, drift and unschedulable reasons.
+//! `status`: what exists for a project's jump pod: objects of older releases, QoS classes,
+//! selectors, the NodePort, drift and unschedulable reasons.
 
+use crate::action::{Action, Finding};
 use crate::api::Kube;
 use crate::config::Config;
 use crate::error::HostError;
 use crate::manifest::Desired;
-use crate::observe;
-use crate::plan::{self, Finding, controller_of, is_ready, name_of, node_port, phase_of};
-use jumppod::schema;
+use crate::objects::{
+    controller_of, is_ready, name_of, node_port, phase_of, replicaset_selector, schema_of,
+    selector_text, service_schema, service_selector,
+};
+use crate::{observe, plan};
+use jumppod::schema::Schema;
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]
@@ -19,8 +23,8 @@ pub struct PodStatus {
     pub ready: bool,
     pub qos_class: Option<String>,
     pub node: Option<String>,
-    /// `current`, `pre-#3891` or `other`.
-    pub schema: String,
+    /// `current` or `pre-#3891`; null for a pod of neither schema.
+    pub schema: Option<Schema>,
     pub owner: Option<String>,
     pub terminating: bool,
 }
@@ -31,8 +35,8 @@ pub struct ServiceStatus {
     pub name: String,
     pub node_port: Option<i32>,
     pub selector: String,
-    /// `current`, `pre-#3891` or `other`.
-    pub schema: String,
+    /// `current` or `pre-#3891`; null for a selector of neither schema.
+    pub schema: Option<Schema>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -54,9 +58,10 @@ pub struct Status {
     pub pods: Vec<PodStatus>,
     pub findings: Vec<Finding>,
     /// What `ensure` would do now.
-    pub pending_actions: Vec<String>,
+    pub pending_actions: Vec<Action>,
 }
 
+#[tracing::instrument(name = "status", skip_all, fields(namespace = %config.namespace, jump_pod = %config.name))]
 pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
     let observed = observe::everything(kube, config).await?;
     let name = &config.name;
@@ -70,47 +75,20 @@ pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
             .as_ref()
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0),
-        selector: plan::selector_text(
-            &rs.spec
-                .as_ref()
-                .and_then(|s| s.selector.match_labels.clone())
-                .unwrap_or_default(),
-        ),
+        selector: selector_text(&replicaset_selector(rs)),
     });
-    let svc = observed.service.as_ref().map(|svc| {
-        let selector = svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.clone())
-            .unwrap_or_default();
-        ServiceStatus {
-            name: name_of(&svc.metadata).to_owned(),
-            node_port: node_port(svc),
-            selector: plan::selector_text(&selector),
-            schema: if selector == schema::current_selector(name) {
-                "current"
-            } else if selector == schema::legacy_selector(name) {
-                "pre-#3891"
-            } else {
-                "other"
-            }
-            .into(),
-        }
+    let svc = observed.service.as_ref().map(|svc| ServiceStatus {
+        name: name_of(&svc.metadata).to_owned(),
+        node_port: node_port(svc),
+        selector: selector_text(&service_selector(svc)),
+        schema: service_schema(svc, name),
     });
     let mut pods = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    for pod in observed.pods.iter().chain(observed.legacy_pod.iter()) {
+    for pod in observed.pods.iter().chain(observed.bare_pod.iter()) {
         if !seen.insert(name_of(&pod.metadata).to_owned()) {
             continue;
         }
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        let schema = if labels.get(schema::INSTANCE_LABEL) == Some(name) {
-            "current"
-        } else if labels.get(schema::NAME_LABEL) == Some(name) {
-            "pre-#3891"
-        } else {
-            "other"
-        };
         pods.push(PodStatus {
             name: name_of(&pod.metadata).to_owned(),
             phase: phase_of(pod).to_owned(),
@@ -118,7 +96,7 @@ pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
             ready: is_ready(pod),
             qos_class: pod.status.as_ref().and_then(|s| s.qos_class.clone()),
             node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-            schema: schema.into(),
+            schema: schema_of(pod, name),
             owner: controller_of(pod).map(|(k, n)| format!("{k}/{n}")),
             terminating: pod.metadata.deletion_timestamp.is_some(),
         });
@@ -130,8 +108,12 @@ pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
         service: svc,
         pods,
         findings: planned.findings,
-        pending_actions: planned.actions.iter().map(ToString::to_string).collect(),
+        pending_actions: planned.actions,
     })
+}
+
+fn schema_text(schema: Option<Schema>) -> &'static str {
+    schema.map_or("other", Schema::as_str)
 }
 
 impl std::fmt::Display for Status {
@@ -163,7 +145,7 @@ impl std::fmt::Display for Status {
                     .map(|p| p.to_string())
                     .unwrap_or_else(|| "none".into()),
                 s.selector,
-                s.schema
+                schema_text(s.schema)
             )?,
             None => writeln!(f, "service: missing")?,
         }
@@ -184,7 +166,7 @@ impl std::fmt::Display for Status {
                 if p.ready { "ready" } else { "not ready" },
                 p.qos_class.as_deref().unwrap_or("unknown"),
                 p.node.as_deref().unwrap_or("none"),
-                p.schema,
+                schema_text(p.schema),
                 p.owner
                     .as_ref()
                     .map(|o| format!("owned by {o}"))

@@ -3,6 +3,7 @@
 
 mod common;
 
+use base64::Engine as _;
 use common::*;
 use serde_json::Value;
 use std::process::Output;
@@ -192,13 +193,16 @@ async fn help_documents_the_commands_and_exit_codes() {
         "status",
         "rbac",
         "eval",
-        "demo",
         "Exit codes",
         "KUBECONFIG",
         "--context",
     ] {
         assert!(help.contains(word), "{word} missing from:\n{help}");
     }
+    assert!(
+        !help.contains("demo"),
+        "the demo is `make demo`, not part of the binary:\n{help}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,63 +218,108 @@ async fn rbac_prints_the_rules_as_yaml() {
     assert_eq!(docs[1]["metadata"]["namespace"], "dstack");
 }
 
+/// The policy module `eval` runs: $JUMPPOD_POLICY_WASM (the Makefile sets it), else the
+/// workspace's release build.
+fn policy_module() -> String {
+    std::env::var("JUMPPOD_POLICY_WASM").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/wasm32-wasip1/release/jumppod_policy.wasm"
+        )
+        .to_owned()
+    })
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/../policy/test_data/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// kwctl's answers for the same fixtures (policy/e2e.bats, run against kwctl 1.36): the uid
+/// echoed, the verdict, the rejection message, the JSONPatch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_prints_what_kwctl_run_prints() {
-    let fixture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../policy/test_data/legacy_bare_pod_create.json"
-    );
-    let out = jumppod(&["eval", fixture]).await;
+    let module = policy_module();
+    let out = jumppod(&[
+        "eval",
+        &fixture("legacy_bare_pod_create.json"),
+        "--policy",
+        &module,
+    ])
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let answer = json_of(&out);
-    assert_eq!(answer["allowed"], true);
-    assert_eq!(answer["patchType"], "JSONPatch");
-    assert!(answer["patch"].as_str().is_some_and(|p| !p.is_empty()));
+    let patch = answer["patch"].as_str().expect("a patch");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .expect("the patch is base64");
+    let patch: Value = serde_json::from_slice(&patch).expect("the patch is JSON");
+    assert_eq!(
+        answer,
+        serde_json::json!({
+            "uid": "e5f8b1c4-3a6d-4e9f-8b2c-7d4a1e6f9b35",
+            "allowed": true,
+            "patchType": "JSONPatch",
+            "patch": answer["patch"],
+        })
+    );
+    assert_eq!(
+        patch,
+        serde_json::json!([
+            {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1instance", "value": "dstack-main-ssh-jump-pod"},
+            {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1managed-by", "value": "dstack"},
+            {"op": "add", "path": "/metadata/labels/k8s.dstack.ai~1project", "value": "main"},
+            {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {"cpu": "500m", "memory": "1Gi"}},
+            {"op": "add", "path": "/spec/containers/0/resources/requests",
+             "value": {"cpu": "500m", "ephemeral-storage": "64Mi", "memory": "1Gi"}},
+        ])
+    );
 
-    let fixture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../policy/test_data/undersized_jump_pod_create.json"
-    );
-    let out = jumppod(&["eval", fixture]).await;
+    let undersized = fixture("undersized_jump_pod_create.json");
+    let out = jumppod(&["eval", &undersized, "--policy", &module]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let answer = json_of(&out);
-    assert_eq!(answer["allowed"], false);
-    assert!(
-        answer["status"]["message"]
-            .as_str()
-            .is_some_and(|m| !m.is_empty())
+    assert_eq!(
+        json_of(&out),
+        serde_json::json!({
+            "uid": "c3e6a9d2-1f4b-4c8e-9a7d-5b2e8f1c4a73",
+            "allowed": false,
+            "status": {"message": "jump pod \"dstack-main-ssh-jump-pod-w5n8r\" does not meet the jump-pod contract: container \"dstack-main-ssh-jump-pod-container\": cpu request 50m is below the minimum 100m"},
+        })
     );
 
     let out = jumppod(&[
         "eval",
-        fixture,
+        &undersized,
+        "--policy",
+        &module,
         "--settings",
         r#"{"cpu": {"minimum": "50m"}}"#,
     ])
     .await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("Provided settings are not valid"),
+        String::from_utf8_lossy(&out.stderr).contains(
+            "Provided settings are not valid: invalid setting `cpu.minimum`: 50m is below the floor 100m"
+        ),
         "{}",
         text(&out)
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_demo_tells_the_upgrade_story() {
-    let out = jumppod(&["demo"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let story = String::from_utf8_lossy(&out.stdout);
-    for step in [
-        "rejected",
-        "mutated by this JSONPatch",
-        "falls back to the legacy pod",
-        "legacy bare pod",
-        "delete pod dstack-main-ssh-jump-pod",
-        "on NodePort 30022 (kept: running jobs use it)",
-        "NodePort before the upgrade 30022, now 30022",
-        "API requests: 2",
-    ] {
-        assert!(story.contains(step), "{step:?} missing from:\n{story}");
-    }
+async fn eval_without_a_module_says_how_to_build_it() {
+    let out = jumppod(&[
+        "eval",
+        &fixture("legacy_bare_pod_create.json"),
+        "--policy",
+        "/nonexistent/policy.wasm",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/nonexistent/policy.wasm"),
+        "{}",
+        text(&out)
+    );
+    assert!(stderr.contains("make policy"), "{}", text(&out));
 }

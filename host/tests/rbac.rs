@@ -67,7 +67,7 @@ async fn full_flow(sim: &Sim) -> Result<(), HostError> {
 
 fn seed_world(sim: &Sim) {
     namespace(sim, NS);
-    seed_legacy_pod(sim, "Failed", false);
+    seed_bare_pod(sim, "Failed", false);
     seed_service(sim, 30300, false);
 }
 

@@ -5,9 +5,10 @@ mod common;
 
 use common::*;
 use jumppod_host::HostError;
+use jumppod_host::action::{Action, Finding};
 use jumppod_host::apply::{self, Outcome};
 use jumppod_host::manifest::Desired;
-use jumppod_host::plan::{self, Finding};
+use jumppod_host::plan;
 use jumppod_host::{observe, resolve};
 use jumppod_sim::{Fault, NodeSpec, SimConfig};
 use rstest::rstest;
@@ -53,7 +54,7 @@ async fn an_empty_namespace_gets_a_replicaset_and_a_service_and_resolves_once_re
     assert_eq!(proxy.proxy.hostname, "jump.example.com");
     assert_eq!(i64::from(proxy.proxy.port), node_port(&svc));
     assert_eq!(proxy.proxy.username, "root");
-    assert!(!proxy.proxy.legacy);
+    assert!(!proxy.proxy.bare);
     assert!(records.len() <= 2, "resolve made {records:?}");
 
     let (report, records) = requests_of(&sim, ensure(&sim, &config)).await;
@@ -91,12 +92,12 @@ async fn without_a_hostname_the_proxy_is_the_external_ip_of_the_pods_node() {
 async fn a_running_bare_pod_with_current_labels_is_adopted_and_the_service_kept() {
     let sim = start().await;
     namespace(&sim, NS);
-    seed_legacy_pod(&sim, "Running", true);
+    seed_bare_pod(&sim, "Running", true);
     let svc = seed_service(&sim, 30100, true);
     let config = config("hostname: h");
     let report = ensure(&sim, &config).await.unwrap();
     assert!(
-        report.findings.contains(&Finding::LegacyPodAdoptable {
+        report.findings.contains(&Finding::BarePodAdoptable {
             pod: NAME.into(),
             adopted: false
         }),
@@ -130,15 +131,15 @@ async fn a_running_bare_pod_with_current_labels_is_adopted_and_the_service_kept(
 async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over(#[case] phase: &str) {
     let sim = start().await;
     namespace(&sim, NS);
-    let legacy = seed_legacy_pod(&sim, phase, true);
+    let legacy = seed_bare_pod(&sim, phase, true);
     seed_service(&sim, 30101, true);
     let config = config("hostname: h");
     let report = ensure(&sim, &config).await.unwrap();
     assert!(
-        report
-            .applied
-            .iter()
-            .any(|a| a.action.starts_with(&format!("delete pod {NAME}"))),
+        report.applied.iter().any(|a| a
+            .action
+            .to_string()
+            .starts_with(&format!("delete pod {NAME}"))),
         "{report}"
     );
     let gone = sim.get("pods", Some(NS), NAME);
@@ -162,7 +163,7 @@ async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over(#[cas
 async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_port() {
     let sim = start().await;
     namespace(&sim, NS);
-    let legacy = seed_legacy_pod(&sim, "Running", false);
+    let legacy = seed_bare_pod(&sim, "Running", false);
     let old_svc = seed_service(&sim, 30222, false);
     let config = config("hostname: h");
 
@@ -185,7 +186,7 @@ async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_
         .unwrap()
         .proxy;
     assert!(
-        proxy.legacy,
+        proxy.bare,
         "the Service still routes to the legacy pod: {proxy:?}"
     );
     assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30222));
@@ -196,7 +197,11 @@ async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_
 
     sim.delete("pods", Some(NS), NAME);
     let report = ensure(&sim, &config).await.unwrap();
-    let actions: Vec<&str> = report.applied.iter().map(|a| a.action.as_str()).collect();
+    let actions: Vec<String> = report
+        .applied
+        .iter()
+        .map(|a| a.action.to_string())
+        .collect();
     assert_eq!(actions.len(), 2, "{report}");
     let svc = service(&sim);
     assert_ne!(uid(&svc), uid(&old_svc), "recreated");
@@ -210,7 +215,7 @@ async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_
         .unwrap()
         .proxy;
     assert_eq!(proxy.port, 30222);
-    assert!(!proxy.legacy);
+    assert!(!proxy.bare);
 }
 
 /// 5. A finished pre-#3891 pod: `resolve` fails at once with a clear error.
@@ -218,7 +223,7 @@ async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_
 async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
     let sim = start().await;
     namespace(&sim, NS);
-    seed_legacy_pod(&sim, "Failed", false);
+    seed_bare_pod(&sim, "Failed", false);
     seed_service(&sim, 30223, false);
     let (result, records) = requests_of(&sim, async {
         resolve::resolve(&kube(&sim).await, &config("hostname: h")).await
@@ -331,7 +336,7 @@ async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {
 async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port() {
     let sim = start().await;
     namespace(&sim, NS);
-    seed_legacy_pod(&sim, "Failed", false);
+    seed_bare_pod(&sim, "Failed", false);
     seed_service(&sim, 30224, false);
     let config = config("");
     let (a, b) = (kube(&sim).await, kube(&sim).await);
@@ -474,7 +479,7 @@ async fn transient_faults_on_a_first_ensure_are_retried(
 async fn transient_faults_on_the_upgrade_path_are_retried(#[case] fault: Fault) {
     let sim = start().await;
     namespace(&sim, NS);
-    seed_legacy_pod(&sim, "Failed", false);
+    seed_bare_pod(&sim, "Failed", false);
     seed_service(&sim, 30225, false);
     // A pod of another application, named nothing like ours, must survive.
     sim.seed(json!({"apiVersion": "v1", "kind": "Pod",
@@ -508,9 +513,30 @@ async fn permanent_errors_are_reported(
 ) {
     let sim = start().await;
     sim.inject(fault);
+    sim.clear_requests();
     let err = ensure(&sim, &config("")).await.unwrap_err();
     assert_eq!(err.exit_code(), code, "{err}");
     assert!(err.to_string().contains(text), "{err}");
+    // The refused write is the last request: not retried, nothing written after it.
+    let requests = sim.requests();
+    let refused = requests
+        .iter()
+        .rposition(|r| r.status == 403 || r.status == 422)
+        .expect("the refused request is in the log");
+    assert_eq!(refused, requests.len() - 1, "{requests:#?}");
+    assert_eq!(
+        requests.iter().filter(|r| r.method == "POST").count(),
+        writes(&requests).len(),
+        "only creates were sent"
+    );
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.status == 403 || r.status == 422)
+            .count(),
+        1,
+        "a permanent error is not retried: {requests:#?}"
+    );
 }
 
 /// 11d. Unavailable until the deadline: gives up with a message, exit code 1.
@@ -534,7 +560,7 @@ async fn an_api_down_past_the_deadline_is_reported() {
 async fn a_pod_replaced_between_observe_and_apply_is_not_deleted() {
     let sim = start().await;
     namespace(&sim, NS);
-    seed_legacy_pod(&sim, "Failed", true);
+    seed_bare_pod(&sim, "Failed", true);
     seed_service(&sim, 30226, true);
     let config = config("");
     let kube = kube(&sim).await;
@@ -543,15 +569,15 @@ async fn a_pod_replaced_between_observe_and_apply_is_not_deleted() {
     assert!(
         plan.actions
             .iter()
-            .any(|a| matches!(a, plan::Action::DeletePod { .. }))
+            .any(|a| matches!(a, Action::DeletePod { .. }))
     );
     // Meanwhile the older release recreates its pod under the same name.
     sim.delete("pods", Some(NS), NAME);
-    let replacement = seed_legacy_pod(&sim, "Running", true);
+    let replacement = seed_bare_pod(&sim, "Running", true);
     let applied = apply::apply(&kube, NS, &plan.actions).await.unwrap();
     let delete = applied
         .iter()
-        .find(|a| a.action.starts_with("delete pod"))
+        .find(|a| a.action.to_string().starts_with("delete pod"))
         .unwrap();
     assert_eq!(delete.outcome, Outcome::ReplacedMeanwhile);
     let pod = sim
@@ -677,7 +703,7 @@ async fn futures_join_all<F: std::future::Future>(
 async fn an_old_node_port_taken_in_the_meantime_is_reported_clearly() {
     let sim = std::sync::Arc::new(start().await);
     namespace(&sim, NS);
-    seed_legacy_pod(&sim, "Failed", false);
+    seed_bare_pod(&sim, "Failed", false);
     seed_service(&sim, 30227, false);
     // Hold our create back long enough for another Service to take the port.
     sim.inject(Fault::stall("POST", "/services", Duration::from_secs(2), 3));
@@ -685,7 +711,13 @@ async fn an_old_node_port_taken_in_the_meantime_is_reported_clearly() {
         let sim = sim.clone();
         tokio::spawn(async move { ensure(&sim, &config("")).await })
     };
+    let waited = std::time::Instant::now();
     while sim.count(|r| r.method == "DELETE" && r.path.contains("/services/")) == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "ensure never deleted the old Service: {:#?}",
+            sim.requests()
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     sim.create(

@@ -7,11 +7,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use jumppod::schema;
 use jumppod_host::api::{ClientOptions, Kube, client};
 use jumppod_host::config::{Config, RawConfig};
-use jumppod_host::policy::Policy;
-use jumppod_host::{PolicyGate, ensure, resolve};
+use jumppod_host::{Gate, ensure, resolve};
 use jumppod_sim::{Sim, SimConfig};
 use serde_json::json;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -30,7 +28,7 @@ struct Env {
     rt: tokio::runtime::Runtime,
     sim: Sim,
     kube: Kube,
-    gate: PolicyGate,
+    gate: Gate,
 }
 
 fn env() -> Env {
@@ -55,7 +53,8 @@ fn env() -> Env {
         .unwrap();
         (sim, Kube::new(client, Duration::from_secs(3600)))
     });
-    let gate = PolicyGate::loaded(Arc::new(Policy::builtin().expect("policy Wasm built in")));
+    // What `ensure` judges with by default: the policy's code, natively.
+    let gate = Gate::native();
     Env {
         rt,
         sim,
@@ -198,7 +197,7 @@ async fn join_all<F: std::future::Future<Output = ()>>(futures: Vec<F>) {
     .await
 }
 
-/// Peak RSS of `jumppod ensure` (first run: the policy is compiled and evaluated) and of a
+/// Peak RSS of `jumppod ensure` (first run: the native gate judges the ReplicaSet) and of a
 /// steady-state `jumppod ensure` and `resolve`, from /usr/bin/time -v.
 fn binary_rss(e: &Env) {
     let bin = std::env::var("JUMPPOD_BIN")

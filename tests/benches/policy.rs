@@ -10,7 +10,7 @@
 mod policy_support;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use jumppod_host::policy::ValidationResponse;
+use jumppod_review::ValidationResponse;
 use policy_support::{policy, request};
 use serde_json::{Value, json};
 use std::hint::black_box;

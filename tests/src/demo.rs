@@ -1,64 +1,20 @@
-//! `jumppod demo`: the policy on four example pods, then the upgrade story told against the
-//! in-process simulated cluster, step by step. Also the sim's admission hook backed by the
-//! policy Wasm, as a Kubewarden cluster runs it (the scenario tests use it too).
+//! The demo: the policy on four example pods, then the upgrade story told against the
+//! in-process simulated cluster, step by step.
+//!
+//! The verdicts come from the policy's own code compiled natively, the very functions the Wasm
+//! module exports: the tests prove the module answers the same (`jumppod eval --policy
+//! policy.wasm FILE` shows it for any file). So the demo needs no Wasm runtime and builds fast.
 
-use crate::api::Kube;
-use crate::config::{Config, RawConfig};
-use crate::error::HostError;
-use crate::policy::{Policy, admission_response, decode_patch};
-use crate::{PolicyGate, ensure, resolve, status};
+use crate::admission::PolicyAdmission;
 use jumppod::schema;
-use jumppod_sim::{Admission, AdmissionVerdict, Sim, SimConfig};
+use jumppod_host::api::{ClientOptions, Kube, client};
+use jumppod_host::config::{Config, RawConfig};
+use jumppod_host::{Gate, HostError, ensure, resolve, status};
+use jumppod_review::{Native, Policy, admission_response, decode_patch, request_of};
+use jumppod_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The policy as the cluster's admission webhook: pods and ReplicaSets are validated and
-/// mutated on CREATE and UPDATE, with the JSONPatch kwctl/policy-server compute.
-pub struct PolicyAdmission {
-    pub policy: Arc<Policy>,
-    pub settings: Value,
-}
-
-impl PolicyAdmission {
-    pub fn new(policy: Arc<Policy>) -> PolicyAdmission {
-        PolicyAdmission {
-            policy,
-            settings: json!({}),
-        }
-    }
-}
-
-impl Admission for PolicyAdmission {
-    fn name(&self) -> &str {
-        "jumppod.kubewarden.admission"
-    }
-
-    fn review(&self, request: &Value) -> AdmissionVerdict {
-        match self.policy.validate(request, &self.settings) {
-            Ok(response) => {
-                let answer = admission_response(request, &response);
-                let mut verdict = AdmissionVerdict {
-                    allowed: response.accepted,
-                    message: response.message.clone(),
-                    code: response.code,
-                    warnings: response.warnings.clone().unwrap_or_default(),
-                    patch: None,
-                };
-                if let Ok(Some(patch)) = decode_patch(&answer) {
-                    verdict.patch = serde_json::to_value(patch).ok();
-                }
-                verdict
-            }
-            Err(e) => AdmissionVerdict {
-                allowed: false,
-                message: Some(format!("the policy failed: {e:#}")),
-                code: Some(500),
-                ..AdmissionVerdict::default()
-            },
-        }
-    }
-}
 
 const FIXTURES: [(&str, &str, &str); 4] = [
     (
@@ -87,12 +43,22 @@ fn heading(text: &str) {
     println!("\n== {text}");
 }
 
-/// Part (a): the four fixtures through the Wasm.
-pub fn policy_part(policy: &Policy) -> Result<(), HostError> {
-    heading("The admission policy, through the waPC runtime as Kubewarden runs it");
+fn fixture(file: &str, text: &str) -> Result<Value, HostError> {
+    serde_json::from_str(text).map_err(|e| {
+        HostError::Config(jumppod_host::config::ConfigError {
+            field: "fixture".into(),
+            value: file.into(),
+            problem: format!("is not JSON: {e}"),
+        })
+    })
+}
+
+/// Part (a): the four fixtures through the policy.
+pub fn policy_part(policy: &dyn Policy) -> Result<(), HostError> {
+    heading("The admission policy (its own code, natively: the Wasm module answers the same)");
     for (title, file, text) in FIXTURES {
-        let document: Value = serde_json::from_str(text).map_err(anyhow::Error::from)?;
-        let request = crate::policy::admission_request(&document)?;
+        let document = fixture(file, text)?;
+        let request = request_of(&document)?;
         let settings = document
             .get("settings")
             .cloned()
@@ -105,12 +71,8 @@ pub fn policy_part(policy: &Policy) -> Result<(), HostError> {
                 None => println!("  allowed, unchanged"),
                 Some(patch) => {
                     println!("  allowed, mutated by this JSONPatch:");
-                    for op in serde_json::to_value(&patch)
-                        .map_err(anyhow::Error::from)?
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                    {
+                    for op in &patch.0 {
+                        let op = serde_json::to_value(op).unwrap_or_default();
                         println!(
                             "    {:<7} {} {}",
                             op["op"].as_str().unwrap_or(""),
@@ -139,9 +101,9 @@ fn count_since(sim: &Sim, from: usize) -> usize {
 }
 
 /// Runs the demo.
-pub async fn run(policy: Policy) -> Result<(), HostError> {
-    let policy = Arc::new(policy);
-    policy_part(&policy)?;
+pub async fn run() -> Result<(), HostError> {
+    let policy: Arc<dyn Policy> = Arc::new(Native);
+    policy_part(policy.as_ref())?;
 
     heading("The host against a simulated cluster (3 nodes, Kubewarden with the jumppod policy)");
     let sim = Sim::start(SimConfig {
@@ -149,19 +111,20 @@ pub async fn run(policy: Policy) -> Result<(), HostError> {
         kubelet_delay: Duration::from_millis(50),
         ..SimConfig::default()
     })
-    .await?;
-    let options = crate::api::ClientOptions {
+    .await
+    .map_err(|e| HostError::NotReady(format!("cannot start the simulated cluster: {e:#}")))?;
+    let options = ClientOptions {
         kubeconfig: Some(sim.kubeconfig_path().to_owned()),
-        ..crate::api::ClientOptions::default()
+        ..ClientOptions::default()
     };
-    let (client, _) = crate::api::client(&options).await?;
+    let (client, _) = client(&options).await?;
     let kube = || Kube::new(client.clone(), Duration::from_secs(30));
     let config: Config = RawConfig::from_text(
         "namespace: dstack\nproject: main\nssh_public_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDemo main@dstack",
     )
     .and_then(|r| r.validate("default"))?;
     let name = config.name.clone();
-    let gate = PolicyGate::loaded(policy.clone());
+    let gate = Gate::with_policy(policy.clone());
 
     heading("1. An older dstack left a bare BestEffort jump pod and its Service on NodePort 30022");
     sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dstack"}}));
@@ -181,18 +144,18 @@ pub async fn run(policy: Policy) -> Result<(), HostError> {
     }));
     print!("{}", status::status(&kube(), &config).await?);
 
-    heading("2. resolve: no labelled pod yet, so it falls back to the legacy pod");
+    heading("2. resolve: no labelled pod yet, so it falls back to the bare pod");
     print!("{}", resolve::resolve(&kube(), &config).await?);
 
     heading(
         "3. ensure: the ReplicaSet is created (checked by the policy first); the pre-#3891 pod and its Service are left alone",
     );
-    print!("{}", ensure::ensure(&kube(), &config, &gate).await?);
+    print!("{}", ensure(&kube(), &config, &gate).await?);
     sim.settle().await;
     print!("{}", status::status(&kube(), &config).await?);
 
     heading(
-        "4. The kubelet evicts the legacy pod (memory pressure: it was BestEffort); the old Service now routes nowhere",
+        "4. The kubelet evicts the bare pod (memory pressure: it was BestEffort); the old Service now routes nowhere",
     );
     sim.evict_pod("dstack", &name);
     sim.settle().await;
@@ -204,7 +167,7 @@ pub async fn run(policy: Policy) -> Result<(), HostError> {
     heading(
         "5. ensure: the finished pod is deleted, the Service recreated with the current selector on the same NodePort",
     );
-    print!("{}", ensure::ensure(&kube(), &config, &gate).await?);
+    print!("{}", ensure(&kube(), &config, &gate).await?);
     sim.settle().await;
     let report = resolve::resolve(&kube(), &config).await?;
     print!("resolve: {report}");
@@ -221,7 +184,7 @@ pub async fn run(policy: Policy) -> Result<(), HostError> {
 
     heading("7. ensure in the steady state");
     let from = sim.requests().len();
-    print!("{}", ensure::ensure(&kube(), &config, &gate).await?);
+    print!("{}", ensure(&kube(), &config, &gate).await?);
     println!("API requests: {}", count_since(&sim, from));
     let mut with_host = config.clone();
     with_host.hostname = Some("jump.example.com".into());

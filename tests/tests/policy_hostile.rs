@@ -3,7 +3,7 @@
 
 mod policy_support;
 
-use jumppod_host::policy::ValidationResponse;
+use jumppod_review::ValidationResponse;
 use policy_support::*;
 use rstest::rstest;
 use serde_json::{Value, json};

@@ -8,7 +8,7 @@
 mod policy_support;
 
 use jumppod::admission::{Outcome, Request, review};
-use jumppod_host::policy::ValidationResponse;
+use jumppod_review::ValidationResponse;
 use proptest::prelude::*;
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value, json};

@@ -6,7 +6,8 @@
 mod policy_support;
 
 use json_patch::PatchOperation;
-use jumppod_host::policy::Policy;
+use jumppod_review::Policy as _;
+use jumppod_wasm::WasmPolicy;
 use policy_support::*;
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -341,7 +342,7 @@ fn settings_value(file: Option<&str>) -> Value {
 }
 
 #[test]
-fn the_legacy_pod_patch_is_what_kwctl_prints() {
+fn the_legacy_pod_patch_adds_the_labels_and_resources_it_lacks() {
     let evaluation = evaluate_fixture("legacy_bare_pod_create.json", None);
     let patch = serde_json::to_value(evaluation.patch.unwrap()).unwrap();
     assert_eq!(
@@ -511,31 +512,67 @@ fn a_reused_instance_gives_the_same_verdicts_as_fresh_ones() {
 fn a_zero_tick_deadline_interrupts_the_module_instead_of_hanging() {
     // With epoch interruption a deadline of 0 ticks has already passed when the guest starts:
     // wasmtime interrupts `wapc_init` at its first epoch check.
-    let policy = Policy::with_deadline(wasm(), 0).expect("the module compiles");
+    let policy = WasmPolicy::with_deadline(wasm(), 0).expect("the module compiles");
     let error = policy
         .instance()
         .err()
         .expect("the deadline interrupts initialisation");
-    let message = format!("{error:#}");
+    let mut message = error.to_string();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(c) = cause {
+        message.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
     assert!(message.contains("interrupted"), "{message}");
     assert!(message.contains("deadline"), "{message}");
 }
 
+/// A test's code (comments removed): the string literals a fixture must appear in.
+fn code_of(source: &str) -> String {
+    source
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(i) if !line[..i].contains('"') => &line[..i],
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every fixture under `policy/test_data` (the hostile corpus too), relative to it.
+fn fixtures_under(dir: &std::path::Path, prefix: &str, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = format!("{prefix}{}", path.file_name().unwrap().to_string_lossy());
+        if path.is_dir() {
+            fixtures_under(&path, &format!("{name}/"), out);
+        } else if name.ends_with(".json") {
+            out.push(name);
+        }
+    }
+}
+
 #[test]
-fn every_fixture_is_covered_by_a_test() {
-    let source = include_str!("policy_wasm.rs");
-    let mut missing = Vec::new();
-    for entry in std::fs::read_dir(test_data("")).unwrap() {
-        let name = entry.unwrap().file_name().into_string().unwrap();
-        if name.ends_with(".json") && !source.contains(&format!("\"{name}\"")) {
-            missing.push(name);
-        }
-    }
-    for entry in std::fs::read_dir(test_data("settings")).unwrap() {
-        let name = entry.unwrap().file_name().into_string().unwrap();
-        if !source.contains(&format!("\"{name}\"")) {
-            missing.push(format!("settings/{name}"));
-        }
-    }
+fn every_fixture_is_read_by_a_test() {
+    let code = [
+        code_of(include_str!("policy_wasm.rs")),
+        code_of(include_str!("policy_hostile.rs")),
+    ]
+    .join("\n");
+    let mut fixtures = Vec::new();
+    fixtures_under(&test_data(""), "", &mut fixtures);
+    assert!(
+        fixtures.len() > 30,
+        "only {} fixtures found",
+        fixtures.len()
+    );
+    // Settings fixtures are named without their folder (`settings(Some("x.json"))`).
+    let missing: Vec<&String> = fixtures
+        .iter()
+        .filter(|f| {
+            let literal = f.strip_prefix("settings/").unwrap_or(f);
+            !code.contains(&format!("\"{literal}\""))
+        })
+        .collect();
     assert!(missing.is_empty(), "fixtures no test reads: {missing:?}");
 }

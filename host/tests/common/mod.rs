@@ -1,17 +1,18 @@
 //! Shared by the scenario tests: a simulated cluster with the jumppod policy as its admission
-//! webhook, a host client over real HTTP, and seeds of what older dstack releases left.
+//! webhook (the policy's code natively: the tests of `tests/` prove the module answers the
+//! same), a host client over real HTTP, and seeds of what older dstack releases left.
 #![allow(dead_code)]
 
 use jumppod::schema;
+use jumppod_e2e::PolicyAdmission;
 use jumppod_host::api::{ClientOptions, Kube, client};
 use jumppod_host::config::{Config, RawConfig};
-use jumppod_host::demo::PolicyAdmission;
-use jumppod_host::policy::Policy;
-use jumppod_host::{EnsureReport, HostError, PolicyGate};
+use jumppod_host::{EnsureReport, Gate, HostError};
+use jumppod_review::Native;
 use jumppod_sim::{RequestRecord, Sim, SimConfig};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const NS: &str = "dstack";
@@ -19,24 +20,14 @@ pub const NAME: &str = "dstack-main-ssh-jump-pod";
 pub const SVC: &str = "dstack-main-ssh-jump-pod-service";
 pub const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITest main@dstack";
 
-/// The policy Wasm, compiled once per test binary.
-pub fn policy() -> Arc<Policy> {
-    static POLICY: OnceLock<Arc<Policy>> = OnceLock::new();
-    POLICY
-        .get_or_init(|| {
-            Arc::new(Policy::builtin().expect("the policy Wasm is built into the host"))
-        })
-        .clone()
-}
-
-pub fn gate() -> PolicyGate {
-    PolicyGate::loaded(policy())
+pub fn gate() -> Gate {
+    Gate::native()
 }
 
 /// A simulator with Kubewarden's jumppod policy and controllers run only by `settle()`.
 pub fn sim_config() -> SimConfig {
     SimConfig {
-        admission: Some(Arc::new(PolicyAdmission::new(policy()))),
+        admission: Some(Arc::new(PolicyAdmission::new(Arc::new(Native)))),
         background_controllers: false,
         kubelet_delay: Duration::ZERO,
         ..SimConfig::default()
@@ -88,7 +79,7 @@ pub fn namespace(sim: &Sim, ns: &str) {
 
 /// The bare jump pod an older release created: `current` labels (after #3891) or only
 /// `app.kubernetes.io/name=<name>` (before). Bound to node-1, BestEffort.
-pub fn seed_legacy_pod(sim: &Sim, phase: &str, current: bool) -> Value {
+pub fn seed_bare_pod(sim: &Sim, phase: &str, current: bool) -> Value {
     let labels = if current {
         schema::current_labels(NAME, "main")
     } else {

@@ -6,10 +6,11 @@
     reason = "each test crate uses a different part of this module"
 )]
 
-use jumppod_host::policy::{
-    Policy, SettingsResponse, ValidationResponse, admission_request, admission_response,
-    decode_patch,
+use jumppod_review::Policy as _;
+use jumppod_review::{
+    SettingsResponse, ValidationResponse, admission_response, decode_patch, request_of,
 };
+use jumppod_wasm::WasmPolicy;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -41,9 +42,9 @@ pub fn wasm() -> &'static [u8] {
 }
 
 /// The module, precompiled once per test binary with policy-server's defaults.
-pub fn policy() -> &'static Policy {
-    static POLICY: OnceLock<Policy> = OnceLock::new();
-    POLICY.get_or_init(|| Policy::load(wasm()).expect("the policy module loads"))
+pub fn policy() -> &'static WasmPolicy {
+    static POLICY: OnceLock<WasmPolicy> = OnceLock::new();
+    POLICY.get_or_init(|| WasmPolicy::load(wasm()).expect("the policy module loads"))
 }
 
 pub fn test_data(relative: &str) -> PathBuf {
@@ -60,7 +61,7 @@ pub fn read_json(relative: &str) -> Value {
 
 /// The bare AdmissionRequest of a fixture (unwrapping an AdmissionReview).
 pub fn request(fixture: &str) -> Value {
-    admission_request(&read_json(fixture))
+    request_of(&read_json(fixture))
         .expect("an AdmissionRequest")
         .clone()
 }

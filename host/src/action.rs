@@ -1,0 +1,284 @@
+//! The planner's vocabulary: the writes it decides ([`Action`]) and what it tells the operator
+//! ([`Finding`]), each with its operator prose (Display) and a typed form for `-o json`.
+
+use crate::objects::{name_of, node_port};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use serde::{Serialize, Serializer};
+use std::fmt;
+
+/// One write.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    CreateNamespace(Box<Namespace>),
+    CreateReplicaSet(Box<ReplicaSet>),
+    /// Deletes a pod, only if it still has this uid.
+    DeletePod {
+        name: String,
+        uid: String,
+        why: String,
+    },
+    /// Deletes a Service, only if it still has this uid.
+    DeleteService {
+        name: String,
+        uid: String,
+        why: String,
+    },
+    /// `keeps_port`: the NodePort of a Service being replaced, which running jobs use.
+    CreateService {
+        service: Box<Service>,
+        keeps_port: Option<i32>,
+    },
+}
+
+impl Action {
+    pub fn is_delete(&self) -> bool {
+        matches!(
+            self,
+            Action::DeletePod { .. } | Action::DeleteService { .. }
+        )
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::CreateNamespace(ns) => {
+                write!(f, "create namespace {}", name_of(&ns.metadata))
+            }
+            Action::CreateReplicaSet(rs) => {
+                write!(f, "create replicaset {}", name_of(&rs.metadata))
+            }
+            Action::DeletePod { name, why, .. } => write!(f, "delete pod {name} ({why})"),
+            Action::DeleteService { name, why, .. } => {
+                write!(f, "delete service {name} ({why})")
+            }
+            Action::CreateService {
+                service,
+                keeps_port,
+            } => {
+                write!(f, "create service {}", name_of(&service.metadata))?;
+                match (keeps_port, node_port(service)) {
+                    (Some(p), _) => write!(f, " on NodePort {p} (kept: running jobs use it)"),
+                    (None, Some(p)) => write!(f, " on NodePort {p}"),
+                    (None, None) => write!(f, " (NodePort allocated by the cluster)"),
+                }
+            }
+        }
+    }
+}
+
+/// One template field that differs from the configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    pub field: String,
+    pub found: String,
+    pub wanted: String,
+}
+
+/// Something the operator should know; none of them is an error of `ensure`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Finding {
+    /// A bare pod with the current labels: the ReplicaSet adopts it.
+    BarePodAdoptable { pod: String, adopted: bool },
+    /// A running pre-#3891 pod: left alone until it is gone.
+    LegacyPodRunning { pod: String, phase: String },
+    /// The pre-#3891 Service is kept while the pre-#3891 pod runs.
+    LegacyServiceKept {
+        service: String,
+        node_port: Option<i32>,
+    },
+    /// The ReplicaSet's template differs from the configuration; not rewritten.
+    Drift {
+        replicaset: String,
+        differences: Vec<Difference>,
+        commands: Vec<String>,
+    },
+    /// The ReplicaSet does not select `app.kubernetes.io/instance=<name>`.
+    ForeignReplicaSet {
+        replicaset: String,
+        selector: String,
+    },
+    /// The Service selects neither schema's labels, or is not a NodePort Service.
+    ForeignService { service: String, problem: String },
+    /// The Service's NodePort is not the configured `port` (it is kept: jobs use it).
+    PortDiffers {
+        service: String,
+        configured: i32,
+        actual: Option<i32>,
+    },
+    /// The scheduler cannot place the pod.
+    Unschedulable {
+        pod: String,
+        reason: String,
+        message: String,
+    },
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Finding::BarePodAdoptable { pod, adopted: true } => write!(
+                f,
+                "bare pod {pod} from an older release carries the current labels and is adopted by the ReplicaSet"
+            ),
+            Finding::BarePodAdoptable {
+                pod,
+                adopted: false,
+            } => write!(
+                f,
+                "bare pod {pod} from an older release carries the current labels: the ReplicaSet adopts it (no second pod)"
+            ),
+            Finding::LegacyPodRunning { pod, phase } => write!(
+                f,
+                "pre-#3891 pod {pod} is {phase}: left alone until it is gone (its SSH sessions keep working)"
+            ),
+            Finding::LegacyServiceKept { service, node_port } => write!(
+                f,
+                "service {service} still selects the pre-#3891 pod: kept{} until that pod is gone, then recreated with the current selector on the same NodePort",
+                node_port
+                    .map(|p| format!(" on NodePort {p}"))
+                    .unwrap_or_default()
+            ),
+            Finding::Drift {
+                replicaset,
+                differences,
+                commands,
+            } => {
+                write!(
+                    f,
+                    "replicaset {replicaset} differs from the configuration (not rewritten; the Role has no update on replicasets):"
+                )?;
+                for d in differences {
+                    write!(
+                        f,
+                        "\n    {}: found {}, configured {}",
+                        d.field, d.found, d.wanted
+                    )?;
+                }
+                write!(f, "\n  to apply the configuration:")?;
+                for c in commands {
+                    write!(f, "\n    {c}")?;
+                }
+                Ok(())
+            }
+            Finding::ForeignReplicaSet {
+                replicaset,
+                selector,
+            } => write!(
+                f,
+                "replicaset {replicaset} selects {selector}, not the jump pod's instance label: left as is"
+            ),
+            Finding::ForeignService { service, problem } => {
+                write!(f, "service {service} {problem}: left as is")
+            }
+            Finding::PortDiffers {
+                service,
+                configured,
+                actual,
+            } => write!(
+                f,
+                "service {service} is on NodePort {}, not the configured {configured}: kept, because running jobs use it (delete the Service to move it)",
+                actual
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "none".into())
+            ),
+            Finding::Unschedulable {
+                pod,
+                reason,
+                message,
+            } => write!(f, "pod {pod} cannot be scheduled ({reason}): {message}"),
+        }
+    }
+}
+
+/// `-o json` form of an action: what and which object, never the whole manifest.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum ActionRecord<'a> {
+    CreateNamespace {
+        name: &'a str,
+    },
+    CreateReplicaSet {
+        name: &'a str,
+    },
+    DeletePod {
+        name: &'a str,
+        uid: &'a str,
+        why: &'a str,
+    },
+    DeleteService {
+        name: &'a str,
+        uid: &'a str,
+        why: &'a str,
+    },
+    #[serde(rename_all = "camelCase")]
+    CreateService {
+        name: &'a str,
+        node_port: Option<i32>,
+        keeps_port: Option<i32>,
+    },
+}
+
+impl Serialize for Action {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let record = match self {
+            Action::CreateNamespace(ns) => ActionRecord::CreateNamespace {
+                name: name_of(&ns.metadata),
+            },
+            Action::CreateReplicaSet(rs) => ActionRecord::CreateReplicaSet {
+                name: name_of(&rs.metadata),
+            },
+            Action::DeletePod { name, uid, why } => ActionRecord::DeletePod { name, uid, why },
+            Action::DeleteService { name, uid, why } => {
+                ActionRecord::DeleteService { name, uid, why }
+            }
+            Action::CreateService {
+                service,
+                keeps_port,
+            } => ActionRecord::CreateService {
+                name: name_of(&service.metadata),
+                node_port: node_port(service),
+                keeps_port: *keeps_port,
+            },
+        };
+        record.serialize(serializer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_delete_serializes_as_a_typed_record() {
+        let action = Action::DeletePod {
+            name: "p".into(),
+            uid: "u".into(),
+            why: "finished".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&action).unwrap(),
+            json!({"kind": "deletePod", "name": "p", "uid": "u", "why": "finished"})
+        );
+    }
+
+    #[test]
+    fn a_service_create_names_its_ports_not_its_manifest() {
+        let service: Service = serde_json::from_value(json!({
+            "metadata": {"name": "s"},
+            "spec": {"type": "NodePort", "ports": [{"port": 22, "nodePort": 30022}]}
+        }))
+        .unwrap();
+        let action = Action::CreateService {
+            service: Box::new(service),
+            keeps_port: Some(30022),
+        };
+        assert_eq!(
+            serde_json::to_value(&action).unwrap(),
+            json!({"kind": "createService", "name": "s", "nodePort": 30022, "keepsPort": 30022})
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! The command line: its types, and how flags and the configuration file combine (flags win).
+
+use crate::config::{self, RawConfig};
+use crate::error::HostError;
+use crate::rbac;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const ABOUT: &str = "Keeps dstack's SSH jump pod alive: a ReplicaSet of one Guaranteed pod and a NodePort Service, checked by the jumppod admission policy";
+
+const LONG_ABOUT: &str = "\
+Keeps dstack's SSH jump pod alive: a ReplicaSet of one Guaranteed pod and a NodePort Service per
+project, created the way dstack's Kubernetes backend does, checked before any write by the same
+policy the cluster's Kubewarden runs (its own code, built in natively; or the module itself with
+--policy FILE). It upgrades clusters of older dstack releases without
+breaking running SSH sessions: a running bare jump pod is left alone (adopted when it carries the
+current labels), a finished one is deleted, and a Service with the pre-#3891 selector is recreated
+with the current selector on the same NodePort once its pod is gone.
+
+The cluster is reached the usual way: --kubeconfig, else KUBECONFIG, else ~/.kube/config, else the
+in-cluster service account; --context picks a context. Configuration comes from --config FILE
+(YAML or JSON: namespace, project, hostname, port or proxy_jump{hostname,port}, cpu, memory, image,
+ssh_public_key, node_selector, tolerations, policy_settings) and flags, flags winning.";
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  error (unexpected, or transient API errors that outlasted --timeout)
+  2  usage or configuration error (the message names the field and value)
+  3  the policy rejects the ReplicaSet the configuration describes; nothing was written
+  4  no ready jump pod (pending, unschedulable, a finished legacy pod, nothing provisioned)
+  5  permanent API error (403 Forbidden: see `jumppod rbac`; 422 Invalid, e.g. a NodePort taken)";
+
+#[derive(Parser)]
+#[command(name = "jumppod", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args)]
+pub struct Global {
+    /// Path of the kubeconfig (default: KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Human)]
+    pub output: Output,
+    /// Deadline of the whole command; transient API errors are retried until then.
+    #[arg(long, global = true, default_value = "60s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Per-request timeout: a request stalled longer is abandoned and retried.
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// More logs on stderr (-v: retries and decisions, -vv: debug). RUST_LOG also works.
+    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Human,
+    Json,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Create what is missing (namespace, ReplicaSet, Service), clean up after older releases,
+    /// report drift and unschedulable pods. Idempotent; 2 API requests when all is in place.
+    Ensure {
+        #[command(flatten)]
+        target: Target,
+        /// Judge the ReplicaSet with this policy module, run as policy-server runs it (default:
+        /// the policy's own code, built into jumppod natively).
+        #[arg(long, value_name = "PATH")]
+        policy: Option<PathBuf>,
+    },
+    /// Print the SSH proxy of the project's jobs: user@hostname:NodePort of a ready jump pod.
+    /// 2 API requests when `hostname` is configured.
+    Resolve {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show what exists: legacy objects, QoS classes, selectors, NodePort, drift,
+    /// unschedulable reasons, and what `ensure` would do.
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding with
+    /// exactly the verbs jumppod uses.
+    Rbac {
+        /// Namespace of the jump pods (and of the ServiceAccount).
+        #[arg(long, short = 'n')]
+        namespace: String,
+        /// ServiceAccount to bind.
+        #[arg(long, default_value = rbac::SERVICE_ACCOUNT)]
+        service_account: String,
+    },
+    #[cfg(feature = "wasm")]
+    /// Evaluate an AdmissionRequest or AdmissionReview file with the policy module, run as
+    /// policy-server runs it, and print the AdmissionResponse, as `kwctl run` does.
+    Eval {
+        /// AdmissionRequest or AdmissionReview (JSON or YAML).
+        file: PathBuf,
+        /// Policy settings as JSON, or @FILE.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// The policy module to run (`make policy` writes policy.wasm).
+        #[arg(
+            long,
+            value_name = "PATH",
+            env = "JUMPPOD_POLICY_WASM",
+            default_value = "policy.wasm"
+        )]
+        policy: PathBuf,
+    },
+}
+
+/// Which jump pod, and how it should look.
+#[derive(Args, Clone, Default)]
+pub struct Target {
+    /// YAML or JSON configuration file; flags override it.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Namespace of the jump pod (default: the file's, else the kubeconfig context's).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// dstack project: the jump pod is dstack-<project>-ssh-jump-pod.
+    #[arg(long, short = 'p')]
+    pub project: Option<String>,
+    /// Address jobs reach the NodePort at (dstack's proxy_jump.hostname); default: the
+    /// ExternalIP of the pod's node, else of any node.
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// NodePort of the Service (dstack's proxy_jump.port); default: allocated by the cluster.
+    #[arg(long)]
+    pub port: Option<i32>,
+    /// CPU of the jump pod, request == limit [default: 500m].
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// Memory of the jump pod, request == limit [default: 1Gi].
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// sshd image [default: dstack's].
+    #[arg(long)]
+    pub image: Option<String>,
+    /// The project's SSH public key(s), authorized for root.
+    #[arg(long, value_name = "KEY")]
+    pub ssh_public_key: Option<String>,
+    /// Read the SSH public key(s) from a file.
+    #[arg(long, value_name = "FILE", conflicts_with = "ssh_public_key")]
+    pub ssh_public_key_file: Option<PathBuf>,
+    /// Node selector, key=value; repeatable.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub node_selector: Vec<String>,
+    /// Toleration, key[=value][:Effect] (kubectl's taint syntax); repeatable.
+    #[arg(long, value_name = "TOLERATION")]
+    pub toleration: Vec<String>,
+    /// Settings of the cluster's jumppod policy, as JSON (or @FILE).
+    #[arg(long, value_name = "JSON")]
+    pub policy_settings: Option<String>,
+}
+
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 500ms or 2m"))?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(format!("{text:?} must be positive"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+pub fn json_arg(field: &str, text: &str) -> Result<Value, HostError> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| config::ConfigError {
+            field: field.into(),
+            value: text.into(),
+            problem: format!("cannot read it: {e}"),
+        })?,
+        None => text.to_owned(),
+    };
+    serde_yaml::from_str(&text).map_err(|e| {
+        HostError::Config(config::ConfigError {
+            field: field.into(),
+            value: text.clone(),
+            problem: format!("is not JSON: {e}"),
+        })
+    })
+}
+
+impl Target {
+    /// The configuration file overridden by the flags.
+    pub fn raw(&self) -> Result<RawConfig, HostError> {
+        let file = match &self.config {
+            Some(path) => RawConfig::from_file(path)?,
+            None => RawConfig::default(),
+        };
+        let ssh_public_key = match (&self.ssh_public_key, &self.ssh_public_key_file) {
+            (Some(k), _) => Some(k.clone()),
+            (None, Some(path)) => {
+                Some(
+                    std::fs::read_to_string(path).map_err(|e| config::ConfigError {
+                        field: "--ssh-public-key-file".into(),
+                        value: path.display().to_string(),
+                        problem: format!("cannot read it: {e}"),
+                    })?,
+                )
+            }
+            (None, None) => None,
+        };
+        let node_selector = if self.node_selector.is_empty() {
+            None
+        } else {
+            Some(
+                self.node_selector
+                    .iter()
+                    .map(|s| config::parse_label(s))
+                    .collect::<Result<BTreeMap<_, _>, _>>()?,
+            )
+        };
+        let tolerations = if self.toleration.is_empty() {
+            None
+        } else {
+            Some(
+                self.toleration
+                    .iter()
+                    .map(|s| config::parse_toleration(s))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )
+        };
+        let policy_settings = match &self.policy_settings {
+            Some(text) => Some(json_arg("--policy-settings", text)?),
+            None => None,
+        };
+        let flags = RawConfig {
+            namespace: self.namespace.clone(),
+            project: self.project.clone(),
+            hostname: self.hostname.clone(),
+            port: self.port,
+            proxy_jump: None,
+            cpu: self.cpu.clone(),
+            memory: self.memory.clone(),
+            image: self.image.clone(),
+            ssh_public_key,
+            node_selector,
+            tolerations,
+            policy_settings,
+        };
+        let mut merged = file.overridden_by(flags);
+        // Flags for hostname/port override a file's proxy_jump block.
+        if (self.hostname.is_some() || self.port.is_some())
+            && let Some(pj) = merged.proxy_jump.take()
+        {
+            merged.hostname = merged.hostname.or(pj.hostname);
+            merged.port = merged.port.or(pj.port);
+        }
+        Ok(merged)
+    }
+}

@@ -1,0 +1,139 @@
+//! Reading the observed objects: names, phases, conditions, ports, selectors and owners, the
+//! way Kubernetes defines them. Shared by the planner, `resolve` and `status`.
+
+use crate::action::Finding;
+use jumppod::schema::{self, Schema};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use std::collections::BTreeMap;
+
+pub fn selector_text(sel: &BTreeMap<String, String>) -> String {
+    if sel.is_empty() {
+        return "nothing".into();
+    }
+    sel.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or("")
+}
+
+pub fn node_port(svc: &Service) -> Option<i32> {
+    svc.spec
+        .as_ref()?
+        .ports
+        .as_ref()?
+        .iter()
+        .find(|p| p.port == schema::SSH_PORT)
+        .or_else(|| svc.spec.as_ref()?.ports.as_ref()?.first())?
+        .node_port
+}
+
+pub fn phase_of(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+pub fn phase_text(pod: &Pod) -> String {
+    let phase = phase_of(pod);
+    match pod.status.as_ref().and_then(|s| s.reason.as_deref()) {
+        Some(reason) => format!("{phase}, {reason}"),
+        None => phase.to_owned(),
+    }
+}
+
+/// Failed or Succeeded: its containers will not run again.
+pub fn is_finished(pod: &Pod) -> bool {
+    matches!(phase_of(pod), "Failed" | "Succeeded")
+}
+
+/// Not finished and not being deleted: counted by a ReplicaSet.
+pub fn is_active(pod: &Pod) -> bool {
+    !is_finished(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Running, Ready=True, not being deleted.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && phase_of(pod) == "Running"
+        && condition(pod, "Ready").is_some_and(|(status, _, _)| status == "True")
+}
+
+/// `(status, reason, message)` of a pod condition.
+pub fn condition<'a>(pod: &'a Pod, kind: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| {
+            (
+                c.status.as_str(),
+                c.reason.as_deref().unwrap_or(""),
+                c.message.as_deref().unwrap_or(""),
+            )
+        })
+}
+
+/// The scheduler's verdict on an active pending pod it could not place.
+pub fn unschedulable(pod: &Pod) -> Option<Finding> {
+    if !is_active(pod) {
+        return None;
+    }
+    let (status, reason, message) = condition(pod, "PodScheduled")?;
+    (status == "False").then(|| Finding::Unschedulable {
+        pod: name_of(&pod.metadata).to_owned(),
+        reason: if reason.is_empty() {
+            "Unschedulable"
+        } else {
+            reason
+        }
+        .to_owned(),
+        message: message.to_owned(),
+    })
+}
+
+/// The label schema a project's pod follows (None: neither schema names this jump pod).
+pub fn schema_of(pod: &Pod, jump_pod_name: &str) -> Option<Schema> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| Schema::of_labels(labels, jump_pod_name))
+}
+
+/// The label schema a Service selects (None: a selector of neither schema).
+pub fn service_schema(svc: &Service, jump_pod_name: &str) -> Option<Schema> {
+    Schema::of_selector(&service_selector(svc), jump_pod_name)
+}
+
+/// The Service's selector (empty when it has none).
+pub fn service_selector(svc: &Service) -> BTreeMap<String, String> {
+    svc.spec
+        .as_ref()
+        .and_then(|s| s.selector.clone())
+        .unwrap_or_default()
+}
+
+/// The ReplicaSet's `matchLabels` (empty when it has none).
+pub fn replicaset_selector(rs: &ReplicaSet) -> BTreeMap<String, String> {
+    rs.spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.clone())
+        .unwrap_or_default()
+}
+
+/// `(kind, name)` of the pod's controller, if any.
+pub fn controller_of(pod: &Pod) -> Option<(&str, &str)> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| (o.kind.as_str(), o.name.as_str()))
+}

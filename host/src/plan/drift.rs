@@ -1,0 +1,262 @@
+//! Template drift: the ReplicaSet's template compared with the configuration, and the kubectl
+//! commands that apply the configuration. jumppod never rewrites a template itself (the Role
+//! has no update on replicasets): rewriting would also replace the pod and drop SSH sessions,
+//! which is the operator's call.
+
+use crate::action::{Difference, Finding};
+use crate::config::Config;
+use crate::manifest::{self, AUTHORIZED_KEYS_ENV};
+use crate::objects::selector_text;
+use jumppod::quantity::Quantity;
+use jumppod::schema;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+/// The ReplicaSet's template compared with the configuration.
+pub fn drift(config: &Config, rs: &ReplicaSet) -> Option<Finding> {
+    let name = config.name.as_str();
+    let container_name = schema::container_name(name);
+    let wanted = manifest::pod_spec(config);
+    let wanted_c = &wanted.containers[0];
+    let found_spec: PodSpec = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .and_then(|t| t.spec.clone())
+        .unwrap_or_default();
+    let mut differences = Vec::new();
+    let mut commands = Vec::new();
+    let ns = &config.namespace;
+    let Some(found_c) = found_spec
+        .containers
+        .iter()
+        .find(|c| c.name == container_name)
+    else {
+        differences.push(Difference {
+            field: "container".into(),
+            found: found_spec
+                .containers
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
+                .join(","),
+            wanted: container_name.clone(),
+        });
+        commands.push(format!(
+            "kubectl -n {ns} delete replicaset {name}   # then run `jumppod ensure` (open SSH sessions through this pod drop)"
+        ));
+        return Some(Finding::Drift {
+            replicaset: name.to_owned(),
+            differences,
+            commands,
+        });
+    };
+
+    let mut resources_differ = false;
+    for (side, key) in [
+        ("requests", "cpu"),
+        ("limits", "cpu"),
+        ("requests", "memory"),
+        ("limits", "memory"),
+        ("requests", "ephemeral-storage"),
+        ("limits", "ephemeral-storage"),
+    ] {
+        let found = resource(found_c, side, key);
+        let want = resource(wanted_c, side, key);
+        if !same_quantity(found.as_deref(), want.as_deref()) {
+            resources_differ = true;
+            differences.push(Difference {
+                field: format!("resources.{side}.{key}"),
+                found: found.unwrap_or_else(|| "unset".into()),
+                wanted: want.unwrap_or_else(|| "unset".into()),
+            });
+        }
+    }
+    if resources_differ {
+        let mut cmd = format!(
+            "kubectl -n {ns} set resources replicaset {name} -c {container_name} --requests=cpu={},memory={},ephemeral-storage={} --limits=cpu={},memory={}",
+            config.cpu,
+            config.memory,
+            config.contract.ephemeral_storage_request,
+            config.cpu,
+            config.memory
+        );
+        if resource(found_c, "limits", "ephemeral-storage").is_some() {
+            cmd.push_str(&format!(
+                "\n    kubectl -n {ns} patch replicaset {name} --type json -p '[{{\"op\":\"remove\",\"path\":\"/spec/template/spec/containers/0/resources/limits/ephemeral-storage\"}}]'"
+            ));
+        }
+        commands.push(cmd);
+    }
+    if found_c.image != wanted_c.image {
+        differences.push(Difference {
+            field: "image".into(),
+            found: found_c.image.clone().unwrap_or_else(|| "unset".into()),
+            wanted: config.image.clone(),
+        });
+        commands.push(format!(
+            "kubectl -n {ns} set image replicaset/{name} {container_name}={}",
+            config.image
+        ));
+    }
+    if config.ssh_public_key.is_some() && env_value(found_c) != env_value(wanted_c) {
+        differences.push(Difference {
+            field: format!("env.{AUTHORIZED_KEYS_ENV}"),
+            found: env_value(found_c).unwrap_or_else(|| "unset".into()),
+            wanted: env_value(wanted_c).unwrap_or_default(),
+        });
+        commands.push(format!(
+            "kubectl -n {ns} set env replicaset/{name} -c {container_name} {AUTHORIZED_KEYS_ENV}='{}'",
+            env_value(wanted_c).unwrap_or_default()
+        ));
+    }
+    let found_sel = found_spec.node_selector.clone().unwrap_or_default();
+    let found_tol = found_spec.tolerations.clone().unwrap_or_default();
+    let sel_differs = found_sel != config.node_selector;
+    let tol_differs = found_tol != config.tolerations;
+    if sel_differs {
+        differences.push(Difference {
+            field: "nodeSelector".into(),
+            found: selector_text(&found_sel),
+            wanted: selector_text(&config.node_selector),
+        });
+    }
+    if tol_differs {
+        differences.push(Difference {
+            field: "tolerations".into(),
+            found: serde_json::to_string(&found_tol).unwrap_or_default(),
+            wanted: serde_json::to_string(&config.tolerations).unwrap_or_default(),
+        });
+    }
+    if sel_differs || tol_differs {
+        let patch = serde_json::json!({"spec": {"template": {"spec": {
+            "nodeSelector": if config.node_selector.is_empty() { serde_json::Value::Null } else { serde_json::json!(config.node_selector) },
+            "tolerations": if config.tolerations.is_empty() { serde_json::Value::Null } else { serde_json::json!(config.tolerations) },
+        }}}});
+        commands.push(format!(
+            "kubectl -n {ns} patch replicaset {name} --type merge -p '{patch}'"
+        ));
+    }
+    if differences.is_empty() {
+        return None;
+    }
+    commands.push(format!(
+        "kubectl -n {ns} delete pod -l {}={name}   # the ReplicaSet recreates the pod from the new template; SSH sessions through it drop",
+        schema::INSTANCE_LABEL
+    ));
+    Some(Finding::Drift {
+        replicaset: name.to_owned(),
+        differences,
+        commands,
+    })
+}
+
+fn resource(c: &Container, side: &str, key: &str) -> Option<String> {
+    let r = c.resources.as_ref()?;
+    let map = if side == "requests" {
+        r.requests.as_ref()
+    } else {
+        r.limits.as_ref()
+    }?;
+    map.get(key).map(|q| q.0.clone())
+}
+
+fn same_quantity(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => match (Quantity::parse(a), Quantity::parse(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => a == b,
+        },
+        _ => false,
+    }
+}
+
+fn env_value(c: &Container) -> Option<String> {
+    c.env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == AUTHORIZED_KEYS_ENV)
+        .and_then(|e| e.value.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Desired;
+    use crate::plan::fixtures::*;
+    use crate::plan::{Observed, Plan, plan};
+    use rstest::rstest;
+    use std::collections::BTreeMap;
+
+    #[rstest]
+    #[case::older_resources_are_drift_with_a_set_resources_command(
+        "cpu: 250m",
+        "resources.requests.cpu",
+        "set resources replicaset dstack-main-ssh-jump-pod"
+    )]
+    #[case::another_image_is_drift_with_a_set_image_command(
+        "image: sshd:2",
+        "image",
+        "set image replicaset/dstack-main-ssh-jump-pod"
+    )]
+    #[case::another_node_selector_is_drift_with_a_patch_command(
+        "node_selector: {pool: jump}",
+        "nodeSelector",
+        "patch replicaset dstack-main-ssh-jump-pod --type merge"
+    )]
+    fn drift_is_reported_with_the_commands_to_apply_it(
+        #[case] yaml: &str,
+        #[case] field: &str,
+        #[case] command: &str,
+    ) {
+        let c = config_with(yaml);
+        let observed = steady(); // built from the default configuration
+        let plan = plan(&c, &Desired::from_config(&c), &observed);
+        assert!(plan.actions.is_empty(), "drift is never rewritten");
+        let Some(Finding::Drift {
+            differences,
+            commands,
+            ..
+        }) = plan.findings.first()
+        else {
+            panic!("no drift in {:?}", plan.findings)
+        };
+        assert!(
+            differences.iter().any(|d| d.field == field),
+            "{differences:?}"
+        );
+        assert!(commands.iter().any(|c| c.contains(command)), "{commands:?}");
+        assert!(
+            commands
+                .last()
+                .unwrap()
+                .contains("delete pod -l app.kubernetes.io/instance=")
+        );
+    }
+
+    #[test]
+    fn equal_quantities_written_differently_are_not_drift() {
+        let c = config_with("cpu: '0.5'\nmemory: 1024Mi");
+        let observed = steady();
+        assert_eq!(
+            plan(&c, &Desired::from_config(&c), &observed),
+            Plan::default()
+        );
+    }
+
+    #[test]
+    fn a_replicaset_with_a_foreign_selector_is_reported_not_diffed() {
+        let mut foreign = rs(1);
+        foreign.spec.as_mut().unwrap().selector.match_labels =
+            Some(BTreeMap::from([("app".into(), "x".into())]));
+        let plan = run(&Observed {
+            replicaset: Some(foreign),
+            ..steady()
+        });
+        assert!(matches!(
+            plan.findings[..],
+            [Finding::ForeignReplicaSet { .. }]
+        ));
+    }
+}

@@ -1,0 +1,101 @@
+//! Builders of the objects the planner's tests observe.
+
+use crate::config::{Config, RawConfig};
+use crate::manifest::{self, Desired};
+use crate::plan::{Observed, Plan, plan};
+use jumppod::schema;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+pub const NAME: &str = "dstack-main-ssh-jump-pod";
+pub const SVC: &str = "dstack-main-ssh-jump-pod-service";
+
+pub fn config() -> Config {
+    Config::for_project("dstack", "main")
+}
+
+pub fn config_with(yaml: &str) -> Config {
+    RawConfig::from_text(&format!("namespace: dstack\nproject: main\n{yaml}"))
+        .unwrap()
+        .validate("default")
+        .unwrap()
+}
+
+pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+pub fn rs_from(config: &Config, ready: i32) -> ReplicaSet {
+    let mut rs = manifest::replicaset(config);
+    rs.metadata.uid = Some("rs-uid".into());
+    rs.status = Some(typed(json!({"replicas": 1, "readyReplicas": ready})));
+    rs
+}
+
+pub fn rs(ready: i32) -> ReplicaSet {
+    rs_from(&config(), ready)
+}
+
+pub fn svc(selector: BTreeMap<String, String>, port: i32) -> Service {
+    typed(json!({
+        "metadata": {"name": SVC, "namespace": "dstack", "uid": "svc-uid"},
+        "spec": {"type": "NodePort", "selector": selector,
+                 "ports": [{"port": 22, "targetPort": 22, "nodePort": port}]}
+    }))
+}
+
+pub fn current_svc(port: i32) -> Service {
+    svc(schema::current_selector(NAME), port)
+}
+
+pub fn legacy_svc(port: i32) -> Service {
+    svc(schema::legacy_selector(NAME), port)
+}
+
+/// A bare pod named like the ReplicaSet; `current`: with the current labels, else only the
+/// legacy name label.
+pub fn bare_pod(phase: &str, current: bool) -> Pod {
+    let labels = if current {
+        schema::current_labels(NAME, "main")
+    } else {
+        schema::legacy_selector(NAME)
+    };
+    typed(json!({
+        "metadata": {"name": NAME, "namespace": "dstack", "uid": "bare-uid", "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "sshd"}]},
+        "status": {"phase": phase}
+    }))
+}
+
+pub fn owned(mut pod: Pod, kind: &str, owner: &str) -> Pod {
+    pod.metadata.owner_references = Some(vec![typed(json!({
+        "apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": "o", "controller": true
+    }))]);
+    pod
+}
+
+pub fn pending_unschedulable(name: &str) -> Pod {
+    typed(json!({
+        "metadata": {"name": name, "namespace": "dstack", "uid": "p",
+                     "labels": schema::current_labels(NAME, "main")},
+        "spec": {"containers": [{"name": "c", "image": "sshd"}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}]}
+    }))
+}
+
+pub fn steady() -> Observed {
+    Observed {
+        namespace_exists: None,
+        replicaset: Some(rs(1)),
+        service: Some(current_svc(31022)),
+        ..Observed::default()
+    }
+}
+
+pub fn run(observed: &Observed) -> Plan {
+    let c = config();
+    plan(&c, &Desired::from_config(&c), observed)
+}

@@ -1,0 +1,425 @@
+//! The planner: observed objects in, actions and findings out. Pure: no I/O, no clock.
+//!
+//! Decisions (issue 4, `ensure`):
+//! 1. a missing namespace is created;
+//! 2. a missing ReplicaSet is created; an existing one whose template differs from the
+//!    configuration is reported with the kubectl commands that apply the configuration (never
+//!    rewritten: the Role has no update on replicasets);
+//! 3. the bare pod named `<name>` (older releases made the jump pod a bare pod) is left alone
+//!    while it runs (with the current labels the ReplicaSet adopts it; one with the legacy
+//!    labels stays until it is gone) and deleted once it has finished, uid as a precondition;
+//! 4. a missing Service is created (NodePort `port` if configured); a Service with the legacy
+//!    selector (dstack before #3891) is kept while a legacy pod is active, then deleted (uid
+//!    precondition) and recreated with the current selector and the same NodePort;
+//! 5. pods the scheduler cannot place are reported with its reason and message.
+
+mod drift;
+#[cfg(test)]
+mod fixtures;
+
+pub use drift::drift;
+
+use crate::action::{Action, Finding};
+use crate::config::Config;
+use crate::manifest::{self, Desired};
+use crate::objects::{
+    controller_of, is_finished, name_of, node_port, phase_of, phase_text, replicaset_selector,
+    schema_of, selector_text, service_schema, service_selector, unschedulable,
+};
+use jumppod::schema::{self, Schema};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Pod, Service};
+
+/// What `observe` read. `looked_further` says whether the bare pod and the pods were read
+/// (they are only read when the ReplicaSet or the Service is missing or not as expected).
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// `None`: not read (the ReplicaSet was found, so the namespace exists).
+    pub namespace_exists: Option<bool>,
+    pub replicaset: Option<ReplicaSet>,
+    pub service: Option<Service>,
+    pub looked_further: bool,
+    /// The pod named `<name>` (bare jump pods of older releases had the ReplicaSet's name).
+    pub bare_pod: Option<Pod>,
+    /// Pods labelled `app.kubernetes.io/instance=<name>`.
+    pub pods: Vec<Pod>,
+}
+
+/// The planner's answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub findings: Vec<Finding>,
+}
+
+/// Decides what `ensure` writes.
+pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
+    let mut out = Plan::default();
+    let name = config.name.as_str();
+
+    if observed.namespace_exists == Some(false) {
+        out.actions
+            .push(Action::CreateNamespace(Box::new(desired.namespace.clone())));
+    }
+
+    match &observed.replicaset {
+        None => out.actions.push(Action::CreateReplicaSet(Box::new(
+            desired.replicaset.clone(),
+        ))),
+        Some(rs) => {
+            let selector = replicaset_selector(rs);
+            if Schema::of_selector(&selector, name) != Some(Schema::Current) {
+                out.findings.push(Finding::ForeignReplicaSet {
+                    replicaset: name.to_owned(),
+                    selector: selector_text(&selector),
+                });
+            } else if let Some(drift) = drift::drift(config, rs) {
+                out.findings.push(drift);
+            }
+        }
+    }
+
+    // The bare pod of older releases.
+    let mut legacy_pod_active = false;
+    if let Some(pod) = &observed.bare_pod {
+        let pod_name = name_of(&pod.metadata);
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let owner = controller_of(pod);
+        let foreign_owner =
+            owner.is_some_and(|(kind, owner)| kind != "ReplicaSet" || owner != name);
+        if foreign_owner {
+            // Not ours and not bare: someone else's controller manages it.
+        } else if is_finished(pod) {
+            out.actions.push(Action::DeletePod {
+                name: pod_name.to_owned(),
+                uid,
+                why: format!(
+                    "the jump pod of an older release has finished ({}); it is never replaced",
+                    phase_text(pod)
+                ),
+            });
+        } else if schema_of(pod, name) == Some(Schema::Current) {
+            out.findings.push(Finding::BarePodAdoptable {
+                pod: pod_name.to_owned(),
+                adopted: owner.is_some(),
+            });
+        } else {
+            legacy_pod_active = true;
+            out.findings.push(Finding::LegacyPodRunning {
+                pod: pod_name.to_owned(),
+                phase: if pod.metadata.deletion_timestamp.is_some() {
+                    "terminating".to_owned()
+                } else {
+                    phase_of(pod).to_owned()
+                },
+            });
+        }
+    }
+
+    let service_name = schema::service_name(name);
+    match &observed.service {
+        None => out.actions.push(Action::CreateService {
+            service: Box::new(desired.service.clone()),
+            keeps_port: None,
+        }),
+        Some(svc) => {
+            let spec = svc.spec.clone().unwrap_or_default();
+            let selector = service_selector(svc);
+            let port = node_port(svc);
+            let selects = Schema::of_selector(&selector, name);
+            if selects == Some(Schema::Current) {
+                if spec.type_.as_deref() != Some("NodePort") {
+                    out.findings.push(Finding::ForeignService {
+                        service: service_name.clone(),
+                        problem: format!(
+                            "is of type {}, not NodePort",
+                            spec.type_.as_deref().unwrap_or("ClusterIP")
+                        ),
+                    });
+                } else if let Some(configured) = config.port
+                    && port != Some(configured)
+                {
+                    out.findings.push(Finding::PortDiffers {
+                        service: service_name.clone(),
+                        configured,
+                        actual: port,
+                    });
+                }
+            } else if selects == Some(Schema::Legacy) {
+                if legacy_pod_active || !observed.looked_further {
+                    out.findings.push(Finding::LegacyServiceKept {
+                        service: service_name.clone(),
+                        node_port: port,
+                    });
+                } else {
+                    let keep = port.or(config.port);
+                    if let (Some(configured), Some(actual)) = (config.port, port)
+                        && configured != actual
+                    {
+                        out.findings.push(Finding::PortDiffers {
+                            service: service_name.clone(),
+                            configured,
+                            actual: Some(actual),
+                        });
+                    }
+                    out.actions.push(Action::DeleteService {
+                        name: service_name.clone(),
+                        uid: svc.metadata.uid.clone().unwrap_or_default(),
+                        why: "it selects the pre-#3891 label and that pod is gone".to_owned(),
+                    });
+                    out.actions.push(Action::CreateService {
+                        service: Box::new(manifest::service(config, keep)),
+                        keeps_port: port,
+                    });
+                }
+            } else {
+                out.findings.push(Finding::ForeignService {
+                    service: service_name.clone(),
+                    problem: format!("selects {}", selector_text(&selector)),
+                });
+            }
+        }
+    }
+
+    let mut seen = std::collections::BTreeSet::new();
+    for pod in observed.pods.iter().chain(observed.bare_pod.iter()) {
+        if !seen.insert(name_of(&pod.metadata).to_owned()) {
+            continue;
+        }
+        if let Some(u) = unschedulable(pod) {
+            out.findings.push(u);
+        }
+    }
+    out
+}
+
+/// Whether `observe` must read further than the ReplicaSet and the Service: something is
+/// missing, or the Service still has the pre-#3891 selector, or the ReplicaSet lacks a ready
+/// replica (then the pods tell why).
+pub fn needs_a_closer_look(
+    config: &Config,
+    rs: Option<&ReplicaSet>,
+    svc: Option<&Service>,
+) -> bool {
+    let Some(rs) = rs else { return true };
+    let Some(svc) = svc else { return true };
+    if service_schema(svc, &config.name) != Some(Schema::Current) {
+        return true;
+    }
+    let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let ready = rs
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    ready < wanted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::fixtures::*;
+    use rstest::rstest;
+    use std::collections::BTreeMap;
+
+    fn kinds(plan: &Plan) -> Vec<String> {
+        plan.actions
+            .iter()
+            .map(|a| match a {
+                Action::CreateNamespace(_) => "create namespace".to_owned(),
+                Action::CreateReplicaSet(_) => "create replicaset".to_owned(),
+                Action::DeletePod { name, .. } => format!("delete pod {name}"),
+                Action::DeleteService { name, .. } => format!("delete service {name}"),
+                Action::CreateService { service, .. } => {
+                    format!("create service on {:?}", node_port(service))
+                }
+            })
+            .collect()
+    }
+
+    #[rstest]
+    #[case::an_empty_namespace_gets_the_namespace_the_replicaset_and_the_service(
+        Observed { namespace_exists: Some(false), looked_further: true, ..Observed::default() },
+        &["create namespace", "create replicaset", "create service on None"])]
+    #[case::an_existing_namespace_is_not_created_again(
+        Observed { namespace_exists: Some(true), looked_further: true, ..Observed::default() },
+        &["create replicaset", "create service on None"])]
+    #[case::the_steady_state_writes_nothing(steady(), &[])]
+    #[case::a_missing_service_is_created(
+        Observed { service: None, looked_further: true, ..steady() }, &["create service on None"])]
+    #[case::a_missing_replicaset_is_created_and_the_service_kept(
+        Observed { replicaset: None, namespace_exists: Some(true), looked_further: true, ..steady() },
+        &["create replicaset"])]
+    #[case::a_running_bare_pod_with_current_labels_is_left_to_be_adopted(
+        Observed { replicaset: None, namespace_exists: Some(true), looked_further: true,
+                   bare_pod: Some(bare_pod("Running", true)), ..steady() },
+        &["create replicaset"])]
+    #[case::a_failed_bare_pod_is_deleted(
+        Observed { looked_further: true, bare_pod: Some(bare_pod("Failed", true)), ..steady() },
+        &["delete pod dstack-main-ssh-jump-pod"])]
+    #[case::a_succeeded_bare_pod_is_deleted(
+        Observed { looked_further: true, bare_pod: Some(bare_pod("Succeeded", true)), ..steady() },
+        &["delete pod dstack-main-ssh-jump-pod"])]
+    #[case::a_finished_adopted_pod_is_deleted_too(
+        Observed { looked_further: true,
+                   bare_pod: Some(owned(bare_pod("Failed", true), "ReplicaSet", NAME)), ..steady() },
+        &["delete pod dstack-main-ssh-jump-pod"])]
+    #[case::a_finished_pod_of_another_controller_is_never_deleted(
+        Observed { looked_further: true,
+                   bare_pod: Some(owned(bare_pod("Failed", true), "Job", "other")), ..steady() },
+        &[])]
+    #[case::a_running_pre_3891_pod_keeps_its_old_service(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)),
+                   bare_pod: Some(bare_pod("Running", false)), ..steady() },
+        &[])]
+    #[case::a_pending_pre_3891_pod_keeps_its_old_service(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)),
+                   bare_pod: Some(bare_pod("Pending", false)), ..steady() },
+        &[])]
+    #[case::once_the_pre_3891_pod_is_gone_the_service_is_recreated_on_the_same_port(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)), bare_pod: None, ..steady() },
+        &["delete service dstack-main-ssh-jump-pod-service", "create service on Some(30555)"])]
+    #[case::a_finished_pre_3891_pod_is_deleted_and_the_service_recreated_on_the_same_port(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)),
+                   bare_pod: Some(bare_pod("Failed", false)), ..steady() },
+        &["delete pod dstack-main-ssh-jump-pod", "delete service dstack-main-ssh-jump-pod-service",
+          "create service on Some(30555)"])]
+    #[case::an_old_service_is_never_replaced_without_a_look_at_the_bare_pod(
+        Observed { looked_further: false, service: Some(legacy_svc(30555)), ..steady() }, &[])]
+    #[case::a_service_with_a_foreign_selector_is_left_alone(
+        Observed { service: Some(svc(BTreeMap::from([("app".into(), "x".into())]), 30001)),
+                   looked_further: true, ..steady() }, &[])]
+    fn decides(#[case] observed: Observed, #[case] expected: &[&str]) {
+        assert_eq!(kinds(&run(&observed)), expected);
+    }
+
+    #[test]
+    fn deletes_carry_the_uid_they_were_decided_on() {
+        let plan = run(&Observed {
+            looked_further: true,
+            service: Some(legacy_svc(30555)),
+            bare_pod: Some(bare_pod("Failed", false)),
+            ..steady()
+        });
+        let uids: Vec<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePod { uid, .. } | Action::DeleteService { uid, .. } => {
+                    Some(uid.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(uids, ["bare-uid", "svc-uid"]);
+    }
+
+    #[test]
+    fn the_kept_port_wins_over_a_different_configured_port_and_is_reported() {
+        let c = config_with("port: 31000");
+        let observed = Observed {
+            looked_further: true,
+            service: Some(legacy_svc(30555)),
+            ..steady()
+        };
+        let plan = plan(&c, &Desired::from_config(&c), &observed);
+        assert!(plan.actions.iter().any(|a| matches!(a,
+            Action::CreateService { service, keeps_port: Some(30555) } if node_port(service) == Some(30555))));
+        assert!(plan.findings.contains(&Finding::PortDiffers {
+            service: SVC.into(),
+            configured: 31000,
+            actual: Some(30555)
+        }));
+    }
+
+    #[test]
+    fn a_new_service_takes_the_configured_port() {
+        let c = config_with("port: 31000");
+        let observed = Observed {
+            service: None,
+            looked_further: true,
+            ..steady()
+        };
+        let plan = plan(&c, &Desired::from_config(&c), &observed);
+        assert!(matches!(&plan.actions[0],
+            Action::CreateService { service, keeps_port: None } if node_port(service) == Some(31000)));
+    }
+
+    #[rstest]
+    #[case::a_running_pre_3891_pod_is_reported_as_left_alone(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)),
+                   bare_pod: Some(bare_pod("Running", false)), ..steady() },
+        Finding::LegacyPodRunning { pod: NAME.into(), phase: "Running".into() })]
+    #[case::the_kept_old_service_is_reported_with_its_port(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)),
+                   bare_pod: Some(bare_pod("Running", false)), ..steady() },
+        Finding::LegacyServiceKept { service: SVC.into(), node_port: Some(30555) })]
+    #[case::a_bare_pod_with_current_labels_is_reported_as_adoptable(
+        Observed { looked_further: true, bare_pod: Some(bare_pod("Running", true)), ..steady() },
+        Finding::BarePodAdoptable { pod: NAME.into(), adopted: false })]
+    #[case::an_adopted_pod_is_reported_as_adopted(
+        Observed { looked_further: true,
+                   bare_pod: Some(owned(bare_pod("Running", true), "ReplicaSet", NAME)), ..steady() },
+        Finding::BarePodAdoptable { pod: NAME.into(), adopted: true })]
+    #[case::an_unschedulable_pod_is_reported_with_the_schedulers_message(
+        Observed { looked_further: true, replicaset: Some(rs(0)),
+                   pods: vec![pending_unschedulable("dstack-main-ssh-jump-pod-x7k2q")], ..steady() },
+        Finding::Unschedulable { pod: "dstack-main-ssh-jump-pod-x7k2q".into(), reason: "Unschedulable".into(),
+                                 message: "0/3 nodes are available: 3 Insufficient cpu.".into() })]
+    #[case::a_configured_port_other_than_the_services_is_reported(
+        Observed { service: Some(current_svc(30001)), ..steady() },
+        Finding::PortDiffers { service: SVC.into(), configured: 31000, actual: Some(30001) })]
+    fn reports(#[case] observed: Observed, #[case] expected: Finding) {
+        let c = if matches!(expected, Finding::PortDiffers { .. }) {
+            config_with("port: 31000")
+        } else {
+            config()
+        };
+        let plan = plan(&c, &Desired::from_config(&c), &observed);
+        assert!(
+            plan.findings.contains(&expected),
+            "{:#?} not in {:#?}",
+            expected,
+            plan.findings
+        );
+    }
+
+    #[rstest]
+    #[case::a_missing_replicaset_needs_a_closer_look(None, Some(current_svc(1)), true)]
+    #[case::a_missing_service_needs_a_closer_look(Some(rs(1)), None, true)]
+    #[case::an_old_selector_service_needs_a_closer_look(Some(rs(1)), Some(legacy_svc(1)), true)]
+    #[case::a_replicaset_without_a_ready_pod_needs_a_closer_look(
+        Some(rs(0)),
+        Some(current_svc(1)),
+        true
+    )]
+    #[case::a_ready_replicaset_and_a_current_service_are_enough(
+        Some(rs(1)),
+        Some(current_svc(1)),
+        false
+    )]
+    fn looks_further_only_when_something_is_off(
+        #[case] rs: Option<ReplicaSet>,
+        #[case] svc: Option<Service>,
+        #[case] expected: bool,
+    ) {
+        assert_eq!(
+            needs_a_closer_look(&config(), rs.as_ref(), svc.as_ref()),
+            expected
+        );
+    }
+
+    #[test]
+    fn actions_describe_themselves_for_the_operator() {
+        let plan = run(&Observed {
+            looked_further: true,
+            service: Some(legacy_svc(30555)),
+            ..steady()
+        });
+        let text: Vec<String> = plan.actions.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text[1],
+            "create service dstack-main-ssh-jump-pod-service on NodePort 30555 (kept: running jobs use it)"
+        );
+    }
+}
