@@ -73,6 +73,8 @@ func main() {
 
 func runUpstream(cmd *cobra.Command, args []string) int {
 	cmd.SetArgs(args)
+	// A bad flag then ends the log with the error, not with pages of usage.
+	cmd.SilenceUsage = true
 	return cli.Run(cmd)
 }
 
