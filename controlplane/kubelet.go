@@ -57,6 +57,7 @@ type fakeKubelet struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 	mu     sync.Mutex
 	states map[string]*nodeState
+	leases map[string]*coordinationv1.Lease // last written, per node
 }
 
 // nodeState is what the fake kubelet knows of one of its nodes.
@@ -76,6 +77,7 @@ func newFakeKubelet(client kubernetes.Interface, shape nodeShape, logger *log.Lo
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "fake-kubelet-pods"}),
 		states: map[string]*nodeState{},
+		leases: map[string]*coordinationv1.Lease{},
 	}
 	for i := 1; i <= shape.count; i++ {
 		k.states[nodeName(i)] = &nodeState{index: i, nextIP: 2}
@@ -333,46 +335,64 @@ func (k *fakeKubelet) liveNodes() []string {
 	return names
 }
 
-// renewLease creates or renews the node's Lease. The Lease is owned by the
-// Node (as the kubelet sets it), so deleting the Node removes it.
+// renewLease creates or renews the node's Lease. Like the kubelet, it keeps
+// the Lease it last wrote and updates that (one request per renewal); only a
+// conflict or a missing Lease costs a read. The Lease is owned by the Node
+// (as the kubelet sets it), so deleting the Node removes it.
 func (k *fakeKubelet) renewLease(ctx context.Context, name string) {
 	leases := k.client.CoordinationV1().Leases(leaseNamespace)
+	k.mu.Lock()
+	cached := k.leases[name]
+	k.mu.Unlock()
 	now := metav1.NowMicro()
-	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		node, nerr := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if nerr != nil {
-			k.log.Printf("lease %s: reading node: %v", name, nerr)
-			return
-		}
-		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: name, Namespace: leaseNamespace,
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID,
-				}},
-			},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(name),
-				LeaseDurationSeconds: ptr.To[int32](leaseDuration),
-				RenewTime:            &now,
-			},
-		}
-		if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil && ctx.Err() == nil {
-			k.log.Printf("lease %s: creating: %v", name, err)
-		}
-		return
+	var lease *coordinationv1.Lease
+	var err error
+	if cached != nil {
+		renewed := cached.DeepCopy()
+		renewed.Spec.RenewTime = &now
+		lease, err = leases.Update(ctx, renewed, metav1.UpdateOptions{})
+	}
+	if cached == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		lease, err = k.readOrCreateLease(ctx, name, now)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			k.log.Printf("lease %s: reading: %v", name, err)
+			k.log.Printf("lease %s: %v", name, err)
 		}
-		return
+		lease = nil
 	}
-	lease.Spec.RenewTime = &now
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
-		k.log.Printf("lease %s: renewing: %v", name, err)
+	k.mu.Lock()
+	k.leases[name] = lease
+	k.mu.Unlock()
+}
+
+func (k *fakeKubelet) readOrCreateLease(ctx context.Context, name string, now metav1.MicroTime) (*coordinationv1.Lease, error) {
+	leases := k.client.CoordinationV1().Leases(leaseNamespace)
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		lease.Spec.RenewTime = &now
+		return leases.Update(ctx, lease, metav1.UpdateOptions{})
 	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading: %w", err)
+	}
+	node, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading its node: %w", err)
+	}
+	return leases.Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: leaseNamespace,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID,
+			}},
+		},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(name),
+			LeaseDurationSeconds: ptr.To[int32](leaseDuration),
+			RenewTime:            &now,
+		},
+	}, metav1.CreateOptions{})
 }
 
 func (k *fakeKubelet) enqueuePod(obj any) {
