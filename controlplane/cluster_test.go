@@ -3,8 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -165,6 +170,53 @@ func TestControlPlaneRunsReplicaSetsSchedulesAuditsAndStopsClean(t *testing.T) {
 		})
 	})
 
+	t.Run("the apiserver calls a mutating webhook served with the webhook/ certificates", func(t *testing.T) {
+		ns := createNamespace(ctx, t, admin, "hook")
+		url := serveLabellingWebhook(t, ready.WebhookCert, ready.WebhookKey)
+		caBundle, err := os.ReadFile(ready.WebhookCA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hook := &admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "label-" + ns},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{{
+				Name:                    "label.jumppod.test",
+				ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
+				AdmissionReviewVersions: []string{"v1"},
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+				TimeoutSeconds:          ptr.To[int32](5),
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+					"kubernetes.io/metadata.name": ns,
+				}},
+				Rules: []admissionregistrationv1.RuleWithOperations{{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{
+						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+					},
+				}},
+			}},
+		}
+		if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, hook.Name, metav1.DeleteOptions{})
+		// The configuration reaches the admission chain asynchronously: dry-run
+		// creates until one comes back labelled.
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "marker"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sshd"}}},
+		}
+		poll(ctx, t, "a pod labelled by the webhook", func() bool {
+			got, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				t.Logf("dry-run create: %v", err)
+				return false
+			}
+			return got.Labels["jumppod.test/webhook"] == "seen"
+		})
+	})
+
 	c.stop()
 	for _, ch := range c.children {
 		if !ch.exited() {
@@ -264,4 +316,34 @@ func auditHas(t *testing.T, path string, match func(auditEvent) bool) bool {
 		}
 	}
 	return false
+}
+
+// serveLabellingWebhook serves, on 127.0.0.1 with the given pair, a mutating
+// webhook that labels every pod jumppod.test/webhook=seen (AdmissionReview
+// v1, JSONPatch), and returns its URL.
+func serveLabellingWebhook(t *testing.T, certFile, keyFile string) string {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
+			return
+		}
+		patch := `[{"op":"add","path":"/metadata/labels","value":{"jumppod.test/webhook":"seen"}}]`
+		review.Response = &admissionv1.AdmissionResponse{
+			UID: review.Request.UID, Allowed: true,
+			PatchType: ptr.To(admissionv1.PatchTypeJSONPatch), Patch: []byte(patch),
+		}
+		review.Request = nil
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(review)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL + "/mutate"
 }
