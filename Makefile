@@ -1,6 +1,6 @@
 # jumppod: `make demo` shows it working, `make test` proves it. Both set up what they need
-# (the wasm32-wasip1 target, clippy and rustfmt; kubectl from Debian for the tests) on a machine
-# that has only rustup's Rust.
+# (the wasm32-wasip1 target, clippy and rustfmt; kubectl from Debian for the tests; the real
+# control plane built from Go modules) on a machine that has only the Rust and Go toolchains.
 
 SHELL        := /bin/bash
 CARGO        ?= cargo
@@ -9,6 +9,7 @@ TARGET_DIR   := $(CURDIR)/target
 POLICY_WASM  := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_policy.wasm
 POLICY_SRC   := $(shell find src policy/src -name '*.rs') Cargo.toml Cargo.lock policy/Cargo.toml
 export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
+CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
 
 .PHONY: all setup kubectl policy test lint fmt unit demo bench e2e-kwctl clean controlplane controlplane-check cluster-up
 
@@ -43,16 +44,19 @@ annotated-policy.wasm: policy.wasm policy/metadata.yml policy/README.md
 ## lint: formatting and clippy, warnings are errors
 lint: setup
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features jumppod-host/real-cluster -- -D warnings
 
-## unit: every test of the workspace (the policy Wasm is built first: the tests load it),
-## then one line that adds up every test binary's result
-unit: policy kubectl
-	set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
+## unit: every test of the workspace, the host's against the simulator and against the real
+## control plane (started once, around the whole run; tests/real_cluster.rs needs it), then
+## one line that adds up every test binary's result. The policy Wasm is built first: the tests
+## load it.
+unit: policy kubectl $(CONTROLPLANE)
+	set -o pipefail; $(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
+	  $(CARGO) test --workspace --features jumppod-host/real-cluster --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
-test: policy lint unit
+test: policy lint controlplane-check unit
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 ## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
@@ -71,7 +75,6 @@ e2e-kwctl: policy
 ## controlplane: the real Kubernetes control plane for the tests, built from Kubernetes' Go
 ## modules (controlplane/README.md); rebuilt only when its sources change. Go's own caches
 ## (~/go/pkg/mod, ~/.cache/go-build) make a rebuild after the first one fast.
-CONTROLPLANE         := $(TARGET_DIR)/controlplane/jumppod-controlplane
 CONTROLPLANE_VERSION := v1.36.3
 CONTROLPLANE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(CONTROLPLANE_VERSION) \
                         -X k8s.io/component-base/version.gitMajor=1 \

@@ -158,9 +158,10 @@ impl RawConfig {
             )
         })?;
         let name = schema::jump_pod_name(&project);
-        // The Service name is the longest name derived from the project and must be a
-        // DNS-1035 label; the jump pod name is also a label value.
-        let service = schema::service_name(&name);
+        // The container name `<name>-container` is the longest name derived from the project
+        // and a DNS-1123 label (63 characters): the API server refuses a longer one with 422.
+        // The Service name and the jump pod name (a label value) are shorter.
+        let container = schema::container_name(&name);
         if project.is_empty()
             || !project
                 .bytes()
@@ -174,13 +175,14 @@ impl RawConfig {
                 "must consist of lower case alphanumerics and '-', starting and ending with an alphanumeric",
             ));
         }
-        if service.len() > 63 {
+        if container.len() > 63 {
             return Err(err(
                 "project",
                 &project,
                 format!(
-                    "is too long: the Service name {service:?} would have {} characters, at most 63 are allowed",
-                    service.len()
+                    "is too long: the container name {container:?} would have {} characters, at most 63 are allowed (a project name of at most {} characters)",
+                    container.len(),
+                    63 - (container.len() - project.len())
                 ),
             ));
         }
@@ -466,10 +468,10 @@ policy_settings: {cpu: {minimum: 200m}}
     #[case::a_zero_memory_is_named("project: p\nmemory: '0'", "memory", "0")]
     #[case::a_port_out_of_range_is_named("project: p\nport: 70000", "port", "70000")]
     #[case::a_project_with_underscores_is_named("project: my_proj", "project", "my_proj")]
-    #[case::a_project_too_long_for_the_service_name_is_named(
-        "project: abcdefghijabcdefghijabcdefghijabcdefghij",
+    #[case::a_project_too_long_for_the_container_name_is_named(
+        "project: abcdefghijabcdefghijabcdefghijabcd",
         "project",
-        "abcdefghijabcdefghijabcdefghijabcdefghij"
+        "abcdefghijabcdefghijabcdefghijabcd"
     )]
     #[case::a_key_that_is_not_a_public_key_is_named(
         "project: p\nssh_public_key: hello",
@@ -498,6 +500,27 @@ policy_settings: {cpu: {minimum: 200m}}
             assert_eq!(e.value, value, "{e}");
             assert!(e.to_string().contains(value), "{e}");
         }
+    }
+
+    /// `dstack-<project>-ssh-jump-pod-container` is a DNS-1123 label: at most 63 characters,
+    /// so a project of 33 characters is the longest a real API server accepts.
+    #[test]
+    fn the_longest_project_is_33_characters_and_the_error_names_the_limit() {
+        let at_limit = "a".repeat(33);
+        let c = raw(&format!("project: {at_limit}"))
+            .validate("default")
+            .unwrap();
+        assert_eq!(schema::container_name(&c.name).len(), 63);
+        let past = "a".repeat(34);
+        let e = raw(&format!("project: {past}"))
+            .validate("default")
+            .unwrap_err();
+        assert_eq!(e.field, "project");
+        assert!(
+            e.problem
+                .contains("would have 64 characters, at most 63 are allowed (a project name of at most 33 characters)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,0 +1,545 @@
+//! The host against a real Kubernetes control plane: kube-apiserver, kube-controller-manager
+//! (ReplicaSet, garbage collector, ...) and kube-scheduler 1.36, built from Kubernetes' Go
+//! modules, with fake nodes (`controlplane/`). `make test` starts it once and runs this file
+//! inside `jumppod-controlplane run`, which sets `JUMPPOD_CLUSTER_DIR`; each test works in a
+//! namespace of its own. API requests are counted from the apiserver's audit log.
+//!
+//! Where the simulator and this file disagree, Kubernetes is right: these tests pin what the
+//! real API server and controllers do (the uid-precondition wording, name lengths, the
+//! scheduler's message, adoption by the real ReplicaSet controller, RBAC).
+
+use jumppod::schema;
+use jumppod_host::action::{Action, Finding};
+use jumppod_host::api::{ClientOptions, Kube, client};
+use jumppod_host::apply::{self, Outcome};
+use jumppod_host::config::{Config, RawConfig};
+use jumppod_host::manifest::Desired;
+use jumppod_host::rbac::{self, RULES, Rule};
+use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIReal main@dstack";
+const NAME: &str = "dstack-main-ssh-jump-pod";
+const SVC: &str = "dstack-main-ssh-jump-pod-service";
+
+/// The control plane `jumppod-controlplane run` started for this test run.
+fn cluster_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os("JUMPPOD_CLUSTER_DIR").expect(
+        "JUMPPOD_CLUSTER_DIR is not set: these tests run against the real control plane, \
+         started by `make test` (jumppod-controlplane run --dir DIR -- cargo test ...)",
+    ))
+}
+
+fn admin_kubeconfig() -> PathBuf {
+    cluster_dir().join("admin.kubeconfig")
+}
+
+async fn kube_at(kubeconfig: &Path) -> Kube {
+    let (client, _) = client(&ClientOptions {
+        kubeconfig: Some(kubeconfig.to_owned()),
+        context: None,
+        request_timeout: Duration::from_secs(10),
+    })
+    .await
+    .expect("a client for the control plane");
+    Kube::new(client, Duration::from_secs(60))
+}
+
+async fn admin() -> Kube {
+    kube_at(&admin_kubeconfig()).await
+}
+
+fn config(ns: &str, project: &str, extra: &str) -> Config {
+    RawConfig::from_text(&format!(
+        "namespace: {ns}\nproject: {project}\nssh_public_key: {KEY}\n{extra}"
+    ))
+    .unwrap()
+    .validate("default")
+    .unwrap()
+}
+
+async fn ensure(kube: &Kube, config: &Config) -> Result<EnsureReport, HostError> {
+    jumppod_host::ensure(kube, config, &Gate::native()).await
+}
+
+/// Waits for `check` to give Some, polling; fails naming what was awaited.
+async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "timed out after 90 s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("a valid object")
+}
+
+async fn namespace(kube: &Kube, ns: &str) {
+    let api: Api<Namespace> = Api::all(kube.client.clone());
+    api.create(
+        &PostParams::default(),
+        &typed(json!({"metadata": {"name": ns}})),
+    )
+    .await
+    .expect("create the namespace");
+}
+
+/// The bare jump pod an older dstack created, bound to node-1 (the fake kubelet runs it):
+/// `current` labels (after dstack #3891) or only `app.kubernetes.io/name=<name>` (before).
+async fn bare_pod(kube: &Kube, ns: &str, current: bool) -> Pod {
+    let labels = if current {
+        schema::current_labels(NAME, "main")
+    } else {
+        schema::legacy_selector(NAME)
+    };
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let pod = api
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "metadata": {"name": NAME, "labels": labels},
+                "spec": {"nodeName": "node-1", "restartPolicy": "Never",
+                         "containers": [{"name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE}]}
+            })),
+        )
+        .await
+        .expect("create the bare pod");
+    wait_for("the bare pod to run", || async {
+        api.get(NAME)
+            .await
+            .ok()
+            .filter(|p| jumppod_host::objects::is_ready(p))
+    })
+    .await;
+    pod
+}
+
+/// What the kubelet writes when it evicts a pod under memory pressure.
+async fn evict(kube: &Kube, ns: &str, name: &str) {
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "phase": "Failed", "reason": "Evicted",
+            "message": "The node was low on resource: memory.",
+            "conditions": [{"type": "Ready", "status": "False"}]
+        }})),
+    )
+    .await
+    .expect("evict the pod");
+}
+
+async fn old_service(kube: &Kube, ns: &str, node_port: i32) {
+    let api: Api<Service> = Api::namespaced(kube.client.clone(), ns);
+    api.create(
+        &PostParams::default(),
+        &typed(json!({
+            "metadata": {"name": SVC},
+            "spec": {"type": "NodePort", "selector": schema::legacy_selector(NAME),
+                     "ports": [{"port": 22, "targetPort": 22, "nodePort": node_port}]}
+        })),
+    )
+    .await
+    .expect("create the old Service");
+}
+
+async fn resolves(kube: &Kube, config: &Config) -> resolve::ResolveReport {
+    wait_for("the jump pod to be ready", || async {
+        resolve::resolve(kube, config).await.ok()
+    })
+    .await
+}
+
+/// Requests of the admin user in namespace `ns`, from the audit log, since `from` (a byte
+/// offset of the log).
+struct Audit {
+    path: PathBuf,
+}
+
+impl Audit {
+    fn new() -> Audit {
+        Audit {
+            path: cluster_dir().join("audit.log"),
+        }
+    }
+
+    fn mark(&self) -> u64 {
+        std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
+    }
+
+    fn read(&self, from: u64, ns: &str) -> Vec<String> {
+        let text = std::fs::read(&self.path).expect("the audit log");
+        let text = String::from_utf8_lossy(&text[from as usize..]).into_owned();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["user"]["username"] == "admin")
+            .filter(|e| {
+                e["objectRef"]["namespace"] == ns
+                    || (e["objectRef"]["resource"] == "namespaces" && e["objectRef"]["name"] == ns)
+            })
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["verb"].as_str().unwrap_or(""),
+                    e["requestURI"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+
+    /// The requests since `from`, once the log has caught up: the apiserver writes a line just
+    /// after it answers.
+    async fn since(&self, from: u64, ns: &str) -> Vec<String> {
+        let mut seen = self.read(from, ns);
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = self.read(from, ns);
+            if now == seen {
+                return now;
+            }
+            seen = now;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_namespace_gets_a_guaranteed_jump_pod_and_the_steady_state_costs_two_requests() {
+    let kube = admin().await;
+    let ns = "rc-fresh";
+    let config = config(ns, "main", "hostname: jump.example.com");
+    let report = ensure(&kube, &config).await.expect("ensure");
+    let kinds: Vec<&str> = report
+        .applied
+        .iter()
+        .map(|a| match &a.action {
+            Action::CreateNamespace(_) => "namespace",
+            Action::CreateReplicaSet(_) => "replicaset",
+            Action::CreateService { .. } => "service",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["namespace", "replicaset", "service"], "{report}");
+
+    let proxy = resolves(&kube, &config).await.proxy;
+    assert!(!proxy.bare);
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let pod = pods.get(&proxy.pod).await.unwrap();
+    assert_eq!(
+        pod.status.and_then(|s| s.qos_class).as_deref(),
+        Some("Guaranteed"),
+        "the real API server classes the ReplicaSet's pod"
+    );
+
+    let audit = Audit::new();
+    let from = audit.mark();
+    let report = ensure(&kube, &config).await.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+    let requests = audit.since(from, ns).await;
+    assert_eq!(requests.len(), 2, "steady-state ensure: {requests:#?}");
+
+    let from = audit.mark();
+    resolve::resolve(&kube, &config).await.unwrap();
+    let requests = audit.since(from, ns).await;
+    assert_eq!(requests.len(), 2, "resolve with a hostname: {requests:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_from_a_bare_pre_3891_pod_keeps_the_node_port_of_running_jobs() {
+    let kube = admin().await;
+    let ns = "rc-upgrade";
+    let config = config(ns, "main", "hostname: jump.example.com");
+    namespace(&kube, ns).await;
+    bare_pod(&kube, ns, false).await;
+    old_service(&kube, ns, 30222).await;
+
+    let report = ensure(&kube, &config).await.unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::LegacyPodRunning { .. })),
+        "{report}"
+    );
+    assert!(
+        report.findings.iter().any(|f| matches!(
+            f,
+            Finding::LegacyServiceKept {
+                node_port: Some(30222),
+                ..
+            }
+        )),
+        "{report}"
+    );
+    let proxy = resolves(&kube, &config).await.proxy;
+    assert!(proxy.bare, "the old Service still routes to the bare pod");
+    assert_eq!(proxy.port, 30222);
+
+    evict(&kube, ns, NAME).await;
+    // The ReplicaSet's pod must be ready for the Service to be worth switching to.
+    wait_for("the ReplicaSet's pod", || async {
+        let rs: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
+        rs.get(NAME)
+            .await
+            .ok()
+            .filter(|rs| rs.status.as_ref().and_then(|s| s.ready_replicas) == Some(1))
+    })
+    .await;
+    let report = ensure(&kube, &config).await.unwrap();
+    let actions: Vec<String> = report
+        .applied
+        .iter()
+        .map(|a| a.action.to_string())
+        .collect();
+    assert_eq!(actions.len(), 3, "{report}");
+    assert!(
+        actions[0].starts_with(&format!("delete pod {NAME}")),
+        "{report}"
+    );
+    assert!(
+        actions[1].starts_with(&format!("delete service {SVC}")),
+        "{report}"
+    );
+    assert!(
+        actions[2].contains("on NodePort 30222 (kept: running jobs use it)"),
+        "{report}"
+    );
+    let proxy = resolves(&kube, &config).await.proxy;
+    assert!(!proxy.bare);
+    assert_eq!(proxy.port, 30222, "the same NodePort");
+    let svc: Api<Service> = Api::namespaced(kube.client.clone(), ns);
+    let svc = svc.get(SVC).await.unwrap();
+    assert_eq!(
+        svc.spec.unwrap().selector.unwrap(),
+        schema::current_selector(NAME)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_replicaset_controller_adopts_a_bare_pod_with_the_current_labels() {
+    let kube = admin().await;
+    let ns = "rc-adopt";
+    namespace(&kube, ns).await;
+    let bare = bare_pod(&kube, ns, true).await;
+    ensure(&kube, &config(ns, "main", "")).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let adopted = wait_for("the ReplicaSet to adopt the bare pod", || async {
+        pods.get(NAME)
+            .await
+            .ok()
+            .filter(|p| jumppod_host::objects::controller_of(p) == Some(("ReplicaSet", NAME)))
+    })
+    .await;
+    assert_eq!(
+        adopted.metadata.uid, bare.metadata.uid,
+        "the same pod, adopted"
+    );
+    // Give the controller a moment: an adopted pod counts, so no second pod is created.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = pods
+        .list(
+            &kube::api::ListParams::default().labels(&format!("{}={NAME}", schema::INSTANCE_LABEL)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(all.items.len(), 1, "{:#?}", all.items);
+}
+
+/// The real registry refuses a delete whose uid precondition no longer holds with 409
+/// `Operation cannot be fulfilled on pods "x": the UID in the precondition (...) does not
+/// match the UID in record (...)`: the host must take it for "replaced meanwhile", not retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_replaced_between_observe_and_apply_is_left_alone() {
+    let kube = admin().await;
+    let ns = "rc-race";
+    let config = config(ns, "main", "");
+    namespace(&kube, ns).await;
+    bare_pod(&kube, ns, true).await;
+    evict(&kube, ns, NAME).await;
+    let observed = observe::for_ensure(&kube, &config).await.unwrap();
+    let planned = plan::plan(&config, &Desired::from_config(&config), &observed);
+    assert!(
+        planned
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { .. })),
+        "{:?}",
+        planned.actions
+    );
+    // Meanwhile an older dstack recreates its pod under the same name.
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    pods.delete(NAME, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    wait_for("the evicted pod to be gone", || async {
+        pods.get_opt(NAME).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let replacement = bare_pod(&kube, ns, true).await;
+    let started = Instant::now();
+    let applied = apply::apply(&kube, ns, &planned.actions).await.unwrap();
+    let delete = applied
+        .iter()
+        .find(|a| matches!(a.action, Action::DeletePod { .. }))
+        .unwrap();
+    assert_eq!(delete.outcome, Outcome::ReplacedMeanwhile);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "a refused precondition is permanent, not retried until the deadline"
+    );
+    let pod = pods.get(NAME).await.expect("the new pod survives");
+    assert_eq!(pod.metadata.uid, replacement.metadata.uid);
+}
+
+/// `dstack-<project>-ssh-jump-pod-container` must be a DNS-1123 label: a project of 33
+/// characters is accepted by the real API server, one of 34 is a configuration error naming
+/// the limit, before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_project_name_is_accepted_and_one_more_character_is_a_config_error() {
+    let kube = admin().await;
+    let ns = "rc-long";
+    let project = "p".repeat(33);
+    let config = config(ns, &project, "hostname: h");
+    ensure(&kube, &config)
+        .await
+        .expect("a 63-character container name is valid");
+    resolves(&kube, &config).await;
+
+    let past = RawConfig::from_text(&format!(
+        "namespace: {ns}\nproject: {}\nssh_public_key: {KEY}",
+        "p".repeat(34)
+    ))
+    .unwrap()
+    .validate("default")
+    .unwrap_err();
+    assert_eq!(past.field, "project");
+    assert!(past.problem.contains("at most 63"), "{past}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_no_node_can_hold_is_reported_with_the_real_schedulers_message() {
+    let kube = admin().await;
+    let ns = "rc-unschedulable";
+    // The fake nodes have 4 cpus each.
+    let config = config(ns, "main", "hostname: h\ncpu: '6'");
+    ensure(&kube, &config).await.unwrap();
+    let err = wait_for("the scheduler's verdict", || async {
+        match resolve::resolve(&kube, &config).await {
+            Err(e) if e.to_string().contains("cannot be scheduled") => Some(e),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(err.exit_code(), 4);
+    let text = err.to_string();
+    assert!(text.contains("0/3 nodes are available"), "{text}");
+    assert!(text.contains("Insufficient cpu"), "{text}");
+}
+
+/// The printed RBAC rules, bound to a plain user of the control plane: the whole flow works
+/// with them, and without `create` on replicasets the first ensure fails naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_rbac_rules_are_enough_and_a_missing_verb_is_named() {
+    let admin = admin().await;
+    let user = kube_at(&cluster_dir().join("users/user-1.kubeconfig")).await;
+    let ns = "rc-rbac";
+    namespace(&admin, ns).await;
+    let config = config(ns, "main", "");
+
+    grant(&admin, &without("create", "replicasets"), ns, "user-1").await;
+    let err = wait_for("the RBAC rules to apply", || async {
+        match ensure(&user, &config).await {
+            Err(e) if e.to_string().contains("`create` verb on `replicasets`") => Some(e),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(err.exit_code(), 5, "{err}");
+
+    grant(&admin, RULES, ns, "user-1").await;
+    let report = wait_for("the full rules to apply", || async {
+        ensure(&user, &config).await.ok()
+    })
+    .await;
+    assert!(!report.applied.is_empty(), "{report}");
+    // resolve without a hostname reads the pod's node.
+    let proxy = resolves(&user, &config).await.proxy;
+    assert_eq!(proxy.hostname, "127.0.0.1");
+    jumppod_host::status::status(&user, &config).await.unwrap();
+}
+
+fn without(verb: &str, resource: &str) -> Vec<Rule> {
+    RULES
+        .iter()
+        .map(|r| {
+            let mut r = *r;
+            if r.resource == resource {
+                let verbs: Vec<&'static str> =
+                    r.verbs.iter().copied().filter(|v| *v != verb).collect();
+                r.verbs = Box::leak(verbs.into_boxed_slice());
+            }
+            r
+        })
+        .collect()
+}
+
+/// The Role, RoleBinding, ClusterRole and ClusterRoleBinding `jumppod rbac` prints, bound to
+/// `user` instead of the ServiceAccount; replaced when they exist.
+async fn grant(admin: &Kube, rules: &[Rule], ns: &str, user: &str) {
+    let subject = json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
+    for mut object in rbac::objects_with(rules, ns, user) {
+        if object.get("subjects").is_some() {
+            object["subjects"] = subject.clone();
+        }
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        let c = admin.client.clone();
+        let params = PatchParams::apply("jumppod-tests").force();
+        let patch = Patch::Apply(object.clone());
+        match object["kind"].as_str().unwrap() {
+            "Role" => drop(
+                Api::<Role>::namespaced(c, ns)
+                    .patch(&name, &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            "RoleBinding" => drop(
+                Api::<RoleBinding>::namespaced(c, ns)
+                    .patch(&name, &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            "ClusterRole" => drop(
+                Api::<ClusterRole>::all(c)
+                    .patch(&name, &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            "ClusterRoleBinding" => drop(
+                Api::<ClusterRoleBinding>::all(c)
+                    .patch(&name, &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            kind => panic!("unexpected {kind}"),
+        }
+    }
+}
