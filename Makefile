@@ -36,7 +36,7 @@ unit: policy
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
-test: policy lint unit
+test: policy lint unit web-test
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 demo: policy
@@ -56,3 +56,6 @@ fmt:
 clean:
 	$(CARGO) clean
 	rm -f policy.wasm annotated-policy.wasm
+
+# web, web-test, web-bench, playground: the core in JavaScript and the browser (web/web.mk)
+include web/web.mk
