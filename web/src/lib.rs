@@ -134,19 +134,28 @@ export interface Rule {
 }
 "#;
 
+#[wasm_bindgen]
+extern "C" {
+    /// Optional parameters typed for TypeScript (`settings?: SettingsInput`).
+    #[wasm_bindgen(typescript_type = "SettingsInput")]
+    pub type SettingsArg;
+    #[wasm_bindgen(typescript_type = "JudgeOptions")]
+    pub type JudgeOptionsArg;
+}
+
 /// Reviews an AdmissionRequest or a whole AdmissionReview with the given settings (absent:
 /// the defaults). Throws only when the input is not one JSON or YAML object.
 #[wasm_bindgen(js_name = review, unchecked_return_type = "Review")]
 pub fn review_js(
     #[wasm_bindgen(unchecked_param_type = "Document")] input: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "SettingsInput")] settings: JsValue,
+    settings: Option<SettingsArg>,
 ) -> Result<JsValue, JsError> {
     let document = read_object(
         "the admission review",
         &input,
         "an AdmissionReview or an AdmissionRequest object",
     )?;
-    let settings = read_settings(&settings)?;
+    let settings = read_settings(settings.as_deref())?;
     to_js(&review_document(&document, &settings).map_err(input_error)?)
 }
 
@@ -155,12 +164,15 @@ pub fn review_js(
 #[wasm_bindgen(js_name = judge, unchecked_return_type = "Review")]
 pub fn judge_js(
     #[wasm_bindgen(unchecked_param_type = "Document")] manifest: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "SettingsInput")] settings: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "JudgeOptions | undefined")] options: JsValue,
+    settings: Option<SettingsArg>,
+    options: Option<JudgeOptionsArg>,
 ) -> Result<JsValue, JsError> {
     let manifest = read_object("the manifest", &manifest, "a Pod or ReplicaSet object")?;
-    let settings = read_settings(&settings)?;
-    let options = read_optional("the options", &options)?.unwrap_or(Value::Null);
+    let settings = read_settings(settings.as_deref())?;
+    let options = match options {
+        Some(options) => read_optional("the options", &options)?.unwrap_or(Value::Null),
+        None => Value::Null,
+    };
     let old = match options.get("oldObject").filter(|o| !o.is_null()) {
         Some(Value::String(text)) => Some(document::parse_object(
             "the old object",
@@ -198,9 +210,9 @@ pub fn judge_js(
 /// The module's `validate_settings`: `{valid, message}`; never throws.
 #[wasm_bindgen(js_name = checkSettings, unchecked_return_type = "SettingsCheck")]
 pub fn check_settings_js(
-    #[wasm_bindgen(unchecked_param_type = "SettingsInput")] settings: JsValue,
+    settings: Option<SettingsArg>,
 ) -> Result<JsValue, JsError> {
-    let check = match settings_value(&settings) {
+    let check = match settings_value(settings.as_deref()) {
         Ok(settings) => review::check_settings(&settings),
         Err(message) => SettingsCheck {
             valid: false,
@@ -213,9 +225,9 @@ pub fn check_settings_js(
 /// The rules with the values these settings give them. Throws when the settings are invalid.
 #[wasm_bindgen(js_name = rules, unchecked_return_type = "Rule[]")]
 pub fn rules_js(
-    #[wasm_bindgen(unchecked_param_type = "SettingsInput")] settings: JsValue,
+    settings: Option<SettingsArg>,
 ) -> Result<JsValue, JsError> {
-    let settings = read_settings(&settings)?;
+    let settings = read_settings(settings.as_deref())?;
     let contract = contract::contract(&settings).map_err(|e| JsError::new(&e.to_string()))?;
     to_js(&contract::rules(&contract))
 }
@@ -274,10 +286,13 @@ fn read_object(what: &str, value: &JsValue, expected: &str) -> Result<Value, JsE
 }
 
 /// Settings: absent means `{}` (what `kwctl run` sends without `--settings-json`).
-fn settings_value(value: &JsValue) -> Result<Value, String> {
+fn settings_value(value: Option<&JsValue>) -> Result<Value, String> {
+    let Some(value) = value else {
+        return Ok(Value::Object(Default::default()));
+    };
     Ok(read_value("the settings", value)?.unwrap_or_else(|| Value::Object(Default::default())))
 }
 
-fn read_settings(value: &JsValue) -> Result<Value, JsError> {
+fn read_settings(value: Option<&JsValue>) -> Result<Value, JsError> {
     settings_value(value).map_err(|message| JsError::new(&message))
 }

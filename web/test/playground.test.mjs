@@ -61,9 +61,11 @@ before(async () => {
   base = `http://127.0.0.1:${server.address().port}/`;
   profile = mkdtempSync(join(tmpdir(), 'jumppod-chromium-'));
   mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({
+  // A fresh profile each run; playwright passes it as --user-data-dir.
+  context = await chromium.launchPersistentContext(profile, {
     executablePath,
     headless: true,
+    viewport: { width: 1400, height: 1100 },
     args: [
       '--headless',
       '--no-sandbox',
@@ -73,10 +75,9 @@ before(async () => {
       '--disable-background-networking',
       '--disable-component-update',
       '--disable-sync',
-      `--user-data-dir=${profile}`,
     ],
   });
-  context = await browser.newContext({ viewport: { width: 1400, height: 1100 } });
+  browser = context.browser();
   page = await context.newPage();
   page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
   await page.goto(base);
@@ -84,7 +85,7 @@ before(async () => {
 });
 
 after(async () => {
-  await browser?.close();
+  await context?.close();
   server?.close();
   if (profile) rmSync(profile, { recursive: true, force: true });
 });
@@ -198,7 +199,7 @@ describe('a whole AdmissionReview', () => {
     const text = readFileSync(join(ROOT, 'policy/test_data/admission_review_legacy_bare_pod_create.json'), 'utf8');
     await paste(text);
     assert.equal((await page.textContent('[data-testid=verdict]')).trim(), 'Accepted after mutation');
-    assert.equal(await page.isDisabled('#operation-set'), true);
+    assert.equal(await page.$eval('#operation-set', (f) => f.disabled), true);
     const response = JSON.parse(await page.textContent('[data-testid=response]'));
     assert.equal(response.patchType, 'JSONPatch');
   });
@@ -257,19 +258,20 @@ test('review latency in Chromium (recorded, not asserted)', async () => {
       let t = performance.now();
       review(request, {});
       const first = performance.now() - t;
-      const times = [];
-      for (let i = 0; i < 300; i++) {
+      // The page's clock ticks in 0.1 ms: time batches of 20 reviews, take the median batch.
+      const batches = [];
+      for (let b = 0; b < 25; b++) {
         t = performance.now();
-        review(request, {});
-        times.push(performance.now() - t);
+        for (let i = 0; i < 20; i++) review(request, {});
+        batches.push((performance.now() - t) / 20);
       }
-      times.sort((a, b) => a - b);
-      return { firstMs: first, steadyMedianMs: times[150], steadyP90Ms: times[270], moduleLoadMs: window.playground.loadMs };
+      batches.sort((a, b) => a - b);
+      return { firstMs: first, steadyMedianMs: batches[12], steadyP90Ms: batches[22], moduleLoadMs: window.playground.loadMs };
     }, text);
     await fresh.close();
   }
   const build = JSON.parse(readFileSync(join(SITE, 'build.json'), 'utf8'));
-  const version = browser.version();
+  const version = browser?.version() ?? (await context.pages()[0].evaluate(() => navigator.userAgent));
   writeFileSync(join(ROOT, 'target/web/browser-latency.json'), JSON.stringify({ chromium: version, build, results }, null, 2));
   console.log(`# chromium ${version}: ${JSON.stringify(results)}`);
   for (const r of Object.values(results)) assert.ok(r.firstMs >= 0 && r.steadyMedianMs >= 0);
