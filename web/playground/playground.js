@@ -349,8 +349,10 @@ if (fragment) {
     renderError('The link could not be read; the example below was loaded instead.');
   }
 }
+// `#measure` opens the page without a first review, so a measurement sees the first one.
+const measuring = location.hash === '#measure';
 if (!restored) applyState({ manifest: EXAMPLES[1].manifest, operation: 'CREATE', settings: {} });
-update({ save: restored });
+if (!measuring) update({ save: restored });
 
 if ('serviceWorker' in navigator) navigator.serviceWorker.register('sw.js').catch(() => {});
 

@@ -209,9 +209,7 @@ pub fn judge_js(
 
 /// The module's `validate_settings`: `{valid, message}`; never throws.
 #[wasm_bindgen(js_name = checkSettings, unchecked_return_type = "SettingsCheck")]
-pub fn check_settings_js(
-    settings: Option<SettingsArg>,
-) -> Result<JsValue, JsError> {
+pub fn check_settings_js(settings: Option<SettingsArg>) -> Result<JsValue, JsError> {
     let check = match settings_value(settings.as_deref()) {
         Ok(settings) => review::check_settings(&settings),
         Err(message) => SettingsCheck {
@@ -224,9 +222,7 @@ pub fn check_settings_js(
 
 /// The rules with the values these settings give them. Throws when the settings are invalid.
 #[wasm_bindgen(js_name = rules, unchecked_return_type = "Rule[]")]
-pub fn rules_js(
-    settings: Option<SettingsArg>,
-) -> Result<JsValue, JsError> {
+pub fn rules_js(settings: Option<SettingsArg>) -> Result<JsValue, JsError> {
     let settings = read_settings(settings.as_deref())?;
     let contract = contract::contract(&settings).map_err(|e| JsError::new(&e.to_string()))?;
     to_js(&contract::rules(&contract))

@@ -26,7 +26,21 @@ export function generate(count, seed = 20240611) {
   const pick = (items) => items[Math.floor(random() * items.length)];
   const chance = (p) => random() < p;
 
+  // Values that meet the contract: a pod of these, partly unset, is what the mutation fills.
+  const GOOD = { cpu: ['500m', '0.5', '1', '100m'], memory: ['1Gi', '1024Mi', '32Mi', '512Mi'], 'ephemeral-storage': ['64Mi', '128Mi'] };
+  let tidy = false;
   const resources = () => {
+    if (tidy) {
+      const out = {};
+      for (const [key, pool] of Object.entries(GOOD)) {
+        const value = pick(pool);
+        const shape = pick(['unset', 'request', 'both']);
+        if (shape === 'unset') continue;
+        (out.requests ??= {})[key] = value;
+        if (shape === 'both' && key !== 'ephemeral-storage') (out.limits ??= {})[key] = value;
+      }
+      return out;
+    }
     const out = {};
     for (const [key, pool] of Object.entries(POOLS)) {
       for (const side of ['requests', 'limits']) {
@@ -75,6 +89,7 @@ export function generate(count, seed = 20240611) {
 
   const cases = [];
   for (let i = 0; i < count; i++) {
+    tidy = chance(0.35);
     const replicaSet = chance(0.3);
     const meta = metadata();
     const object = replicaSet

@@ -250,7 +250,7 @@ test('review latency in Chromium (recorded, not asserted)', async () => {
   for (const [name, text] of Object.entries(requests)) {
     // A fresh page each, so "first" is the first review after the module loads.
     const fresh = await context.newPage();
-    await fresh.goto(base);
+    await fresh.goto(`${base}#measure`);
     await fresh.waitForFunction(() => document.body.dataset.ready === 'true');
     results[name] = await fresh.evaluate((json) => {
       const request = JSON.parse(json);
