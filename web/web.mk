@@ -5,7 +5,7 @@
 # crates.io into target/tools), the npm packages of the tests, Debian's chromium.
 
 WEB_TARGET     := wasm32-unknown-unknown
-WEB_WASM       := $(TARGET_DIR)/$(WEB_TARGET)/release/jumppod_web.wasm
+WEB_WASM       := $(TARGET_DIR)/$(WEB_TARGET)/web/jumppod_web.wasm
 WEB_OUT        := $(TARGET_DIR)/web/playground
 WEB_TOOLS      := $(TARGET_DIR)/tools
 WASM_BINDGEN   := $(WEB_TOOLS)/bin/wasm-bindgen
@@ -27,7 +27,7 @@ web-setup:
 
 ## web: the Wasm module, the npm package (node + bundler builds) and the playground in target/web/playground
 web: web-setup
-	$(CARGO) build -p jumppod-web --target $(WEB_TARGET) --release
+	$(CARGO) build -p jumppod-web --target $(WEB_TARGET) --profile web
 	rm -rf web/pkg/node web/pkg/bundler $(WEB_OUT)
 	$(WASM_BINDGEN) --target nodejs --out-dir web/pkg/node $(WEB_WASM)
 	$(WASM_BINDGEN) --target bundler --out-dir web/pkg/bundler $(WEB_WASM)
