@@ -56,7 +56,7 @@ unit: policy kubectl $(CONTROLPLANE)
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
-test: policy lint controlplane-check unit
+test: policy lint controlplane-check unit web-test
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 ## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
@@ -102,3 +102,6 @@ fmt:
 clean:
 	$(CARGO) clean
 	rm -f policy.wasm annotated-policy.wasm
+
+# web, web-test, web-bench, playground: the core in JavaScript and the browser (web/web.mk)
+include web/web.mk

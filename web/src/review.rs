@@ -1,0 +1,417 @@
+//! The Kubewarden module's answer, computed with the core the module runs.
+//!
+//! `decide` and `validation` follow the guest (policy/src/lib.rs) step by step: the same
+//! payload, read the same way, the same core call, the same ValidationResponse. `response`
+//! follows what the policy-server (and `kwctl run`) make of it: the mutated object as a
+//! base64 JSONPatch against the request's object, no patch for an empty diff.
+
+use base64::Engine as _;
+use jumppod::admission::{self, Outcome, Request};
+use jumppod::settings::Settings;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use std::borrow::Cow;
+
+/// The guest's payload, `{"request": AdmissionRequest, "settings": {...}}`.
+#[derive(Deserialize)]
+struct Payload<'a> {
+    #[serde(borrow)]
+    request: Option<AdmissionRequest<'a>>,
+    #[serde(borrow)]
+    settings: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AdmissionRequest<'a> {
+    #[serde(borrow)]
+    kind: Option<GroupVersionKind<'a>>,
+    #[serde(borrow)]
+    operation: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow)]
+    old_object: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct GroupVersionKind<'a> {
+    #[serde(borrow, default)]
+    group: Cow<'a, str>,
+    #[serde(borrow, default)]
+    kind: Cow<'a, str>,
+}
+
+/// The guest's `validate` answer, field for field as the Kubewarden SDK writes it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Validation {
+    pub accepted: bool,
+    pub message: Option<String>,
+    pub code: Option<u16>,
+    pub mutated_object: Option<Value>,
+    pub audit_annotations: Option<Value>,
+    pub warnings: Option<Vec<String>>,
+}
+
+/// The guest's `validate_settings` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SettingsCheck {
+    pub valid: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Accepted,
+    Mutated,
+    Rejected,
+}
+
+/// One broken rule (or one missing value), as the policy words it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    pub init: bool,
+    /// `cpu`, `memory`, `ephemeral-storage`, or a label key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// The part after the container, e.g. `cpu request 50m is below the minimum 100m`.
+    pub text: String,
+}
+
+/// Everything the module says about one request, and the views of it people read.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Review {
+    pub allowed: bool,
+    pub verdict: Verdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+    pub warnings: Vec<String>,
+    /// The rejection message (or a warning about an unchanged update), one rule a line.
+    pub violations: Vec<Finding>,
+    /// The JSONPatch operations; empty when nothing changes.
+    pub patch: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<Value>,
+    /// The object as admitted: the request's object with the patch applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patched_object: Option<Value>,
+    /// The AdmissionResponse the policy-server returns (what `kwctl run` prints).
+    pub response: Value,
+    /// The module's own `validate` answer.
+    pub validation: Validation,
+}
+
+/// The guest's `validate_settings` on a settings document.
+pub fn check_settings(settings: &Value) -> SettingsCheck {
+    let bytes = serde_json::to_vec(settings).unwrap_or_default();
+    match Settings::from_json(&bytes).and_then(|s| s.contract()) {
+        Ok(_) => SettingsCheck {
+            valid: true,
+            message: None,
+        },
+        Err(e) => SettingsCheck {
+            valid: false,
+            message: Some(e.to_string()),
+        },
+    }
+}
+
+/// Reviews one AdmissionRequest with the given settings, as the module and the
+/// policy-server would.
+pub fn review(request: &Value, settings: &Value) -> Review {
+    let payload =
+        serde_json::to_vec(&json!({"request": request, "settings": settings})).unwrap_or_default();
+    let validation = validation(decide(&payload));
+    let response = response(request, &validation);
+    let patch = response_patch(request, &validation);
+    let object = request.get("object").filter(|o| !o.is_null()).cloned();
+    let verdict = match (validation.accepted, patch.0.is_empty()) {
+        (false, _) => Verdict::Rejected,
+        (true, true) => Verdict::Accepted,
+        (true, false) => Verdict::Mutated,
+    };
+    let patched_object = match (&object, verdict) {
+        (Some(object), Verdict::Mutated) => {
+            let mut patched = object.clone();
+            json_patch::patch(&mut patched, &patch.0)
+                .ok()
+                .map(|()| patched)
+        }
+        _ => None,
+    };
+    let warnings = validation.warnings.clone().unwrap_or_default();
+    let violations = match &validation.message {
+        Some(message) => findings(message),
+        None => warnings.iter().flat_map(|w| findings(w)).collect(),
+    };
+    Review {
+        allowed: validation.accepted,
+        verdict,
+        message: validation.message.clone(),
+        code: validation.code,
+        warnings,
+        violations,
+        patch: serde_json::to_value(&patch).unwrap_or(Value::Array(Vec::new())),
+        object,
+        patched_object,
+        response,
+        validation,
+    }
+}
+
+fn decide(payload: &[u8]) -> Outcome {
+    let payload: Payload = match serde_json::from_slice(payload) {
+        Ok(payload) => payload,
+        Err(e) => return bad_request(format!("cannot read the validation request: {e}")),
+    };
+    let Some(request) = payload.request else {
+        return bad_request("the validation request has no `request`".to_owned());
+    };
+    let kind = request.kind.as_ref();
+    admission::review(
+        &Request {
+            group: kind.map_or("", |k| &k.group),
+            kind: kind.map_or("", |k| &k.kind),
+            operation: request.operation.as_deref().unwrap_or_default(),
+            name: request.name.as_deref(),
+            object: request.object,
+            old_object: request.old_object,
+        },
+        payload.settings,
+    )
+}
+
+fn bad_request(message: String) -> Outcome {
+    Outcome::Reject {
+        message,
+        code: Some(400),
+    }
+}
+
+fn validation(outcome: Outcome) -> Validation {
+    let (accepted, message, code, mutated_object, warnings) = match outcome {
+        Outcome::Accept { warnings } => (true, None, None, None, warnings),
+        Outcome::Mutate { object, warnings } => (true, None, None, Some(object), warnings),
+        Outcome::Reject { message, code } => (false, Some(message), code, None, Vec::new()),
+    };
+    Validation {
+        accepted,
+        message,
+        code,
+        mutated_object,
+        audit_annotations: None,
+        warnings: (!warnings.is_empty()).then_some(warnings),
+    }
+}
+
+fn response_patch(request: &Value, validation: &Validation) -> json_patch::Patch {
+    match (&validation.mutated_object, request.get("object")) {
+        (Some(mutated), Some(object)) => json_patch::diff(object, mutated),
+        _ => json_patch::Patch(Vec::new()),
+    }
+}
+
+/// The AdmissionResponse: `uid, allowed, patchType, patch, status{message,code}, warnings`.
+fn response(request: &Value, validation: &Validation) -> Value {
+    let mut answer = json!({
+        "uid": request.get("uid").cloned().unwrap_or(Value::String(String::new())),
+        "allowed": validation.accepted,
+    });
+    let patch = response_patch(request, validation);
+    if !patch.0.is_empty() {
+        let text = serde_json::to_vec(&patch).unwrap_or_default();
+        answer["patchType"] = json!("JSONPatch");
+        answer["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+    }
+    if !validation.accepted {
+        let mut status = json!({"message": validation.message.clone().unwrap_or_default()});
+        if let Some(code) = validation.code {
+            status["code"] = json!(code);
+        }
+        answer["status"] = status;
+    }
+    if let Some(warnings) = validation.warnings.as_ref().filter(|w| !w.is_empty()) {
+        answer["warnings"] = json!(warnings);
+    }
+    answer
+}
+
+const ITEM_STARTS: [&str; 3] = ["container \"", "init container \"", "label "];
+
+/// Splits a message of the core (`<what> does not meet the jump-pod contract: <item>; <item>`)
+/// into its items. A message with no such items (a bad request) gives none.
+pub fn findings(message: &str) -> Vec<Finding> {
+    let Some(start) = ITEM_STARTS
+        .iter()
+        .filter_map(|item| message.find(&format!(": {item}")))
+        .min()
+    else {
+        return Vec::new();
+    };
+    let mut items = Vec::new();
+    let mut rest = &message[start + 2..];
+    loop {
+        let next = ITEM_STARTS
+            .iter()
+            .filter_map(|item| rest.find(&format!("; {item}")))
+            .min();
+        match next {
+            Some(end) => {
+                items.push(&rest[..end]);
+                rest = &rest[end + 2..];
+            }
+            None => {
+                items.push(rest);
+                break;
+            }
+        }
+    }
+    items.into_iter().map(finding).collect()
+}
+
+fn finding(item: &str) -> Finding {
+    if let Some(label) = item.strip_prefix("label ") {
+        return Finding {
+            container: None,
+            init: false,
+            resource: label.split_whitespace().next().map(str::to_owned),
+            text: item.to_owned(),
+        };
+    }
+    let (init, quoted) = match item.strip_prefix("init container ") {
+        Some(rest) => (true, rest),
+        None => (false, item.strip_prefix("container ").unwrap_or(item)),
+    };
+    let Some((container, text)) = split_quoted(quoted) else {
+        return Finding {
+            container: None,
+            init,
+            resource: None,
+            text: item.to_owned(),
+        };
+    };
+    Finding {
+        container: Some(container),
+        init,
+        resource: resource_of(text).map(str::to_owned),
+        text: text.to_owned(),
+    }
+}
+
+/// `"name": text` (the name as Rust's `{:?}` quotes it) into the name and the text.
+fn split_quoted(quoted: &str) -> Option<(String, &str)> {
+    let mut escaped = false;
+    for (i, c) in quoted.char_indices().skip(1) {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '"' if !escaped => {
+                let name = serde_json::from_str::<String>(&quoted[..=i])
+                    .unwrap_or_else(|_| quoted[1..i].to_owned());
+                let text = quoted[i + 1..].strip_prefix(": ")?;
+                return Some((name, text));
+            }
+            _ => escaped = false,
+        }
+    }
+    None
+}
+
+fn resource_of(text: &str) -> Option<&'static str> {
+    let text = text
+        .strip_prefix("resources.requests.")
+        .or_else(|| text.strip_prefix("resources.limits."))
+        .unwrap_or(text);
+    ["ephemeral-storage", "cpu", "memory"]
+        .into_iter()
+        .find(|resource| text.starts_with(resource))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[test]
+    fn a_rejection_is_split_into_one_finding_per_container_and_resource() {
+        let message = "jump pod \"p\" does not meet the jump-pod contract: container \"sshd\": cpu request 50m is below the minimum 100m; \
+                       container \"sshd\": ephemeral-storage limit 1Gi must not be set (the kubelet evicts a pod that exceeds it; set only a request); \
+                       init container \"setup\": memory request 1Gi is not equal to its limit 2Gi (Guaranteed QoS needs request == limit)";
+        let found = findings(message);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(found[0].container.as_deref(), Some("sshd"));
+        assert_eq!(found[0].resource.as_deref(), Some("cpu"));
+        assert_eq!(found[0].text, "cpu request 50m is below the minimum 100m");
+        assert_eq!(found[1].resource.as_deref(), Some("ephemeral-storage"));
+        assert!(found[1].text.ends_with("set only a request)"), "{found:?}");
+        assert!(found[2].init);
+        assert_eq!(found[2].container.as_deref(), Some("setup"));
+        assert_eq!(found[2].resource.as_deref(), Some("memory"));
+    }
+
+    #[rstest]
+    #[case::unparsable(
+        "container \"c\": resources.limits.cpu \"1.1.M\" is not a valid quantity (x)",
+        "cpu"
+    )]
+    #[case::missing_when_mutation_is_off(
+        "container \"c\": resources.requests.ephemeral-storage is missing (would be set to 64Mi)",
+        "ephemeral-storage"
+    )]
+    fn the_resource_is_found_in_field_paths_too(#[case] item: &str, #[case] resource: &str) {
+        let found = findings(&format!("jump pod \"p\" is off: {item}"));
+        assert_eq!(found[0].resource.as_deref(), Some(resource), "{found:?}");
+    }
+
+    #[test]
+    fn a_bad_request_has_no_findings() {
+        assert!(findings("cannot read jump pod \"p\": spec.containers: invalid type").is_empty());
+    }
+
+    #[test]
+    fn a_container_name_with_quotes_and_semicolons_is_read_whole() {
+        let found =
+            findings(r#"x: container "a\"; b": cpu has no request and no limit (needs both)"#);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].container.as_deref(), Some("a\"; b"));
+    }
+
+    #[test]
+    fn a_mutated_review_carries_the_patch_and_the_patched_object() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "dstack-main-ssh-jump-pod",
+                         "labels": {"app.kubernetes.io/name": "dstack-main-ssh-jump-pod"}},
+            "spec": {"containers": [{"name": "sshd"}]}});
+        let request = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                             "operation": "CREATE", "object": pod});
+        let review = review(&request, &json!({}));
+        assert_eq!(review.verdict, Verdict::Mutated);
+        assert_eq!(review.response["patchType"], "JSONPatch");
+        let patched = review.patched_object.unwrap();
+        assert_eq!(
+            patched["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+            "500m"
+        );
+        assert_eq!(Some(&patched), review.validation.mutated_object.as_ref());
+    }
+
+    #[test]
+    fn invalid_settings_are_named_by_key() {
+        let check = check_settings(&json!({"cpu": {"minimum": "50m"}}));
+        assert!(!check.valid);
+        assert!(
+            check.message.unwrap().contains("`cpu.minimum`"),
+            "names the key"
+        );
+    }
+}
