@@ -29,21 +29,6 @@ async fn rbac_sim() -> Sim {
     .unwrap()
 }
 
-fn without(verb: &str, resource: &str) -> Vec<Rule> {
-    RULES
-        .iter()
-        .map(|r| {
-            let mut r = *r;
-            if r.resource == resource {
-                let verbs: Vec<&'static str> =
-                    r.verbs.iter().copied().filter(|v| *v != verb).collect();
-                r.verbs = Box::leak(verbs.into_boxed_slice());
-            }
-            r
-        })
-        .collect()
-}
-
 fn grant(sim: &Sim, objects: Vec<Value>) {
     for o in objects {
         sim.seed(o);

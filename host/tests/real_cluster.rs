@@ -8,9 +8,12 @@
 //! real API server and controllers do (the uid-precondition wording, name lengths, the
 //! scheduler's message, adoption by the real ReplicaSet controller, RBAC).
 
+mod common;
+
+use common::{config_for, kube_at, without};
 use jumppod::schema;
 use jumppod_host::action::{Action, Finding};
-use jumppod_host::api::{ClientOptions, Kube, client};
+use jumppod_host::api::Kube;
 use jumppod_host::apply::{self, Outcome};
 use jumppod_host::config::{Config, RawConfig};
 use jumppod_host::manifest::Desired;
@@ -23,12 +26,10 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIReal main@dstack";
-const NAME: &str = "dstack-main-ssh-jump-pod";
-const SVC: &str = "dstack-main-ssh-jump-pod-service";
+use common::{KEY, NAME, SVC};
 
 /// The control plane `jumppod-controlplane run` started for this test run.
 fn cluster_dir() -> PathBuf {
@@ -42,28 +43,8 @@ fn admin_kubeconfig() -> PathBuf {
     cluster_dir().join("admin.kubeconfig")
 }
 
-async fn kube_at(kubeconfig: &Path) -> Kube {
-    let (client, _) = client(&ClientOptions {
-        kubeconfig: Some(kubeconfig.to_owned()),
-        context: None,
-        request_timeout: Duration::from_secs(10),
-    })
-    .await
-    .expect("a client for the control plane");
-    Kube::new(client, Duration::from_secs(60))
-}
-
 async fn admin() -> Kube {
     kube_at(&admin_kubeconfig()).await
-}
-
-fn config(ns: &str, project: &str, extra: &str) -> Config {
-    RawConfig::from_text(&format!(
-        "namespace: {ns}\nproject: {project}\nssh_public_key: {KEY}\n{extra}"
-    ))
-    .unwrap()
-    .validate("default")
-    .unwrap()
 }
 
 async fn ensure(kube: &Kube, config: &Config) -> Result<EnsureReport, HostError> {
@@ -127,7 +108,7 @@ async fn bare_pod(kube: &Kube, ns: &str, current: bool) -> Pod {
         api.get(NAME)
             .await
             .ok()
-            .filter(|p| jumppod_host::objects::is_ready(p))
+            .filter(jumppod_host::objects::is_ready)
     })
     .await;
     pod
@@ -226,7 +207,7 @@ impl Audit {
 async fn a_fresh_namespace_gets_a_guaranteed_jump_pod_and_the_steady_state_costs_two_requests() {
     let kube = admin().await;
     let ns = "rc-fresh";
-    let config = config(ns, "main", "hostname: jump.example.com");
+    let config = config_for(ns, "main", "hostname: jump.example.com");
     let report = ensure(&kube, &config).await.expect("ensure");
     let kinds: Vec<&str> = report
         .applied
@@ -267,7 +248,7 @@ async fn a_fresh_namespace_gets_a_guaranteed_jump_pod_and_the_steady_state_costs
 async fn the_upgrade_from_a_bare_pre_3891_pod_keeps_the_node_port_of_running_jobs() {
     let kube = admin().await;
     let ns = "rc-upgrade";
-    let config = config(ns, "main", "hostname: jump.example.com");
+    let config = config_for(ns, "main", "hostname: jump.example.com");
     namespace(&kube, ns).await;
     bare_pod(&kube, ns, false).await;
     old_service(&kube, ns, 30222).await;
@@ -340,7 +321,7 @@ async fn the_real_replicaset_controller_adopts_a_bare_pod_with_the_current_label
     let ns = "rc-adopt";
     namespace(&kube, ns).await;
     let bare = bare_pod(&kube, ns, true).await;
-    ensure(&kube, &config(ns, "main", "")).await.unwrap();
+    ensure(&kube, &config_for(ns, "main", "")).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     let adopted = wait_for("the ReplicaSet to adopt the bare pod", || async {
         pods.get(NAME)
@@ -371,7 +352,7 @@ async fn the_real_replicaset_controller_adopts_a_bare_pod_with_the_current_label
 async fn a_pod_replaced_between_observe_and_apply_is_left_alone() {
     let kube = admin().await;
     let ns = "rc-race";
-    let config = config(ns, "main", "");
+    let config = config_for(ns, "main", "");
     namespace(&kube, ns).await;
     bare_pod(&kube, ns, true).await;
     evict(&kube, ns, NAME).await;
@@ -418,7 +399,7 @@ async fn the_longest_project_name_is_accepted_and_one_more_character_is_a_config
     let kube = admin().await;
     let ns = "rc-long";
     let project = "p".repeat(33);
-    let config = config(ns, &project, "hostname: h");
+    let config = config_for(ns, &project, "hostname: h");
     ensure(&kube, &config)
         .await
         .expect("a 63-character container name is valid");
@@ -440,7 +421,7 @@ async fn a_pod_no_node_can_hold_is_reported_with_the_real_schedulers_message() {
     let kube = admin().await;
     let ns = "rc-unschedulable";
     // The fake nodes have 4 cpus each.
-    let config = config(ns, "main", "hostname: h\ncpu: '6'");
+    let config = config_for(ns, "main", "hostname: h\ncpu: '6'");
     ensure(&kube, &config).await.unwrap();
     let err = wait_for("the scheduler's verdict", || async {
         match resolve::resolve(&kube, &config).await {
@@ -463,7 +444,7 @@ async fn the_printed_rbac_rules_are_enough_and_a_missing_verb_is_named() {
     let user = kube_at(&cluster_dir().join("users/user-1.kubeconfig")).await;
     let ns = "rc-rbac";
     namespace(&admin, ns).await;
-    let config = config(ns, "main", "");
+    let config = config_for(ns, "main", "");
 
     grant(&admin, &without("create", "replicasets"), ns, "user-1").await;
     let err = wait_for("the RBAC rules to apply", || async {
@@ -485,21 +466,6 @@ async fn the_printed_rbac_rules_are_enough_and_a_missing_verb_is_named() {
     let proxy = resolves(&user, &config).await.proxy;
     assert_eq!(proxy.hostname, "127.0.0.1");
     jumppod_host::status::status(&user, &config).await.unwrap();
-}
-
-fn without(verb: &str, resource: &str) -> Vec<Rule> {
-    RULES
-        .iter()
-        .map(|r| {
-            let mut r = *r;
-            if r.resource == resource {
-                let verbs: Vec<&'static str> =
-                    r.verbs.iter().copied().filter(|v| *v != verb).collect();
-                r.verbs = Box::leak(verbs.into_boxed_slice());
-            }
-            r
-        })
-        .collect()
 }
 
 /// The Role, RoleBinding, ClusterRole and ClusterRoleBinding `jumppod rbac` prints, bound to

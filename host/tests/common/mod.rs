@@ -7,6 +7,7 @@ use jumppod::schema;
 use jumppod_e2e::PolicyAdmission;
 use jumppod_host::api::{ClientOptions, Kube, client};
 use jumppod_host::config::{Config, RawConfig};
+use jumppod_host::rbac::{RULES, Rule};
 use jumppod_host::{EnsureReport, Gate, HostError};
 use jumppod_review::Native;
 use jumppod_sim::{RequestRecord, Sim, SimConfig};
@@ -168,5 +169,21 @@ pub fn writes(records: &[RequestRecord]) -> Vec<String> {
         .iter()
         .filter(|r| r.method != "GET")
         .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+/// The rules `jumppod rbac` prints, less one verb on one resource.
+pub fn without(verb: &str, resource: &str) -> Vec<Rule> {
+    RULES
+        .iter()
+        .map(|r| {
+            let mut r = *r;
+            if r.resource == resource {
+                let verbs: Vec<&'static str> =
+                    r.verbs.iter().copied().filter(|v| *v != verb).collect();
+                r.verbs = Box::leak(verbs.into_boxed_slice());
+            }
+            r
+        })
         .collect()
 }
