@@ -1,11 +1,15 @@
 //! HTTP serving: routing, authentication, RBAC, faults and the request log.
 
+use crate::cluster::Cluster;
 use crate::errors::{ApiError, for_code};
+use crate::faults::FaultAction;
+use crate::meta::meta_str;
 use crate::rbac::{self, Attrs};
+use crate::request::Ctx;
+use crate::request_log::RequestRecord;
 use crate::resources::{self, ResDef};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{Ctx, DeleteOpts, meta_str};
-use crate::{FaultAction, Inner, RequestRecord};
+use crate::store::DeleteOpts;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -19,7 +23,7 @@ use tokio::sync::watch;
 /// Accepts connections until shutdown.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    inner: Arc<Inner>,
+    inner: Arc<Cluster>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -117,7 +121,7 @@ fn parse_query(q: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Resp, DropConnection> {
+async fn handle(inner: Arc<Cluster>, req: Request<Incoming>) -> Result<Resp, DropConnection> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -261,7 +265,7 @@ fn parse_target(path: &str) -> Result<Result<Target, Value>, ApiError> {
 }
 
 fn route(
-    inner: &Inner,
+    inner: &Cluster,
     method: &str,
     path: &str,
     q: &BTreeMap<String, String>,
