@@ -6,8 +6,13 @@ use std::time::Duration;
 /// What an injected fault does to a matching request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FaultAction {
-    /// Answer with this code and a proper `Status` body; the request does not happen.
+    /// Answer with this code and a proper `Status` body (with `Retry-After` and
+    /// `details.retryAfterSeconds` when given); the request does not happen.
     Status { code: u16, retry_after: Option<u64> },
+    /// Answer 429 as API Priority and Fairness and the max-inflight filter do: a plain-text
+    /// body `Too many requests, please try again later.` and a `Retry-After` header in seconds,
+    /// no `Status` object. The request does not happen.
+    TooManyRequests { retry_after: u64 },
     /// Process the request (it happens), then answer with this code anyway.
     StatusAfter { code: u16 },
     /// Wait this long, then process the request normally.
@@ -38,14 +43,31 @@ impl Fault {
             action,
         }
     }
-    /// Answer `code` (429 carries `Retry-After: 1`). Empty method/path match anything.
+    /// Answer `code` with its `Status`; 429 is answered as a real API server sends it (plain
+    /// text, `Retry-After: 1`, see [`Fault::too_many_requests`]). Empty method/path match
+    /// anything.
     pub fn status(method: &str, path: &str, code: u16, times: usize) -> Self {
-        let retry_after = (code == 429).then_some(1);
+        if code == 429 {
+            return Self::too_many_requests(method, path, 1, times);
+        }
         Self::new(
             method,
             path,
             times,
-            FaultAction::Status { code, retry_after },
+            FaultAction::Status {
+                code,
+                retry_after: None,
+            },
+        )
+    }
+    /// Answer 429 with `Retry-After: <retry_after>` and a plain-text body, as API Priority and
+    /// Fairness (and the older max-inflight filter) reject a request before it is processed.
+    pub fn too_many_requests(method: &str, path: &str, retry_after: u64, times: usize) -> Self {
+        Self::new(
+            method,
+            path,
+            times,
+            FaultAction::TooManyRequests { retry_after },
         )
     }
     /// Apply the request, then answer `code`.

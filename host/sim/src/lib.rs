@@ -19,8 +19,9 @@
 //!   wording (NotFound, AlreadyExists, Conflict, Invalid with causes, Forbidden, ...).
 //! - Create: uid, resourceVersion (one global counter), creationTimestamp, `generateName`
 //!   (5 characters from `bcdfghjklmnpqrstvwxz2456789`), namespace must exist, names are DNS
-//!   subdomains (namespaces DNS labels, services DNS-1035 labels), label keys and values
-//!   validated, `metadata.generation` for ReplicaSets.
+//!   subdomains (namespaces DNS labels, services DNS-1035 labels), container names DNS-1123
+//!   labels (63), label keys and values validated, generated names at most 63 characters,
+//!   `metadata.generation` for ReplicaSets.
 //! - Defaulting before admission: container requests default to limits; pod
 //!   `status.qosClass`; Service type, protocol, targetPort, clusterIP; NodePorts allocated
 //!   from 30000-32767, unique cluster-wide, released on delete.
@@ -29,14 +30,18 @@
 //! - Delete: pods get `deletionTimestamp`/`deletionGracePeriodSeconds` and go after
 //!   [`SimConfig::pod_termination`] (at once when zero, when unbound or terminal, or with
 //!   `gracePeriodSeconds: 0`); objects with finalizers wait for them; other kinds go at
-//!   once. `propagationPolicy` Background (default) and Foreground delete dependents
+//!   once. A uid or resourceVersion precondition that no longer holds is 409 Conflict with
+//!   the registry's wording (`Operation cannot be fulfilled on Pod "x": the UID in the
+//!   precondition ...`). `propagationPolicy` Background (default) and Foreground delete dependents
 //!   through ownerReferences, Orphan strips the ownerReference. Deleting a namespace
 //!   deletes what it contains. The response is the object as last seen.
-//! - Controllers: ReplicaSet controller (kube-controller-manager's rules), garbage
+//! - Controllers: ReplicaSet controller (kube-controller-manager's rules, including the
+//!   `ReplicaFailure` condition and the FailedCreate/FailedDelete Warning events), garbage
 //!   collector, scheduler (requests vs allocatable, pod count, nodeSelector, taints and
 //!   tolerations, `Unschedulable` message in the scheduler's format), kubelet (Running and
 //!   Ready after [`SimConfig::kubelet_delay`]), pod GC of Failed pods on demand.
-//! - Faults on demand ([`Fault`]), RBAC ([`SimConfig::rbac`]), an admission hook
+//! - Faults on demand ([`Fault`]; 429 is plain text with `Retry-After`, as API Priority and
+//!   Fairness sends it), RBAC ([`SimConfig::rbac`]), an admission hook
 //!   ([`Admission`]), a request log ([`RequestRecord`]).
 //!
 //! # Identity
@@ -50,9 +55,11 @@
 //! - Watch (`?watch=1` answers 405 MethodNotAllowed), server-side apply field ownership,
 //!   strategic-merge list merging by key (lists are replaced), Table output (kubectl falls
 //!   back to plain lists), paging (`limit`/`continue` are ignored: everything comes at
-//!   once), protobuf, Deployments, Endpoints, Events emitted by controllers, preemption,
-//!   pod spec immutability, node affinity beyond `nodeSelector`, NoExecute eviction,
-//!   authentication beyond "the bearer token is the user name".
+//!   once), protobuf, Deployments, Endpoints, Events from controllers other than the
+//!   ReplicaSet controller, preemption, pod spec immutability, node affinity beyond
+//!   `nodeSelector`, NoExecute eviction, the ReplicaSet controller's backoff timer (a failed
+//!   sync is tried again when something in its namespace changes), authentication beyond
+//!   "the bearer token is the user name".
 //! - Removing a node deletes the pods bound to it, as pod GC does for orphaned pods.
 
 mod admission;

@@ -83,6 +83,20 @@ fn json_response(code: u16, body: &Value, warnings: &[String], retry_after: Opti
     .unwrap()
 }
 
+/// The 429 of API Priority and Fairness / max-inflight: Go's `http.Error` with
+/// `Too many requests, please try again later.` and a `Retry-After` header, not a `Status`.
+fn too_many_requests(retry_after: u64) -> Resp {
+    Response::builder()
+        .status(StatusCode::TOO_MANY_REQUESTS)
+        .header("content-type", "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff")
+        .header("retry-after", retry_after.to_string())
+        .body(Full::new(Bytes::from_static(
+            b"Too many requests, please try again later.\n",
+        )))
+        .unwrap()
+}
+
 fn error_response(e: &ApiError) -> Resp {
     json_response(e.code, &e.to_status(), &[], e.retry_after)
 }
@@ -168,6 +182,11 @@ async fn handle(inner: Arc<Cluster>, req: Request<Incoming>) -> Result<Resp, Dro
             record.status = code;
             inner.record(record);
             return Ok(error_response(&e));
+        }
+        Some(FaultAction::TooManyRequests { retry_after }) => {
+            record.status = 429;
+            inner.record(record);
+            return Ok(too_many_requests(retry_after));
         }
         Some(FaultAction::StatusAfter { code }) => after = Some(code),
         Some(FaultAction::Stall(d)) => tokio::time::sleep(d).await,

@@ -3,7 +3,7 @@
 
 use super::pod_state::{condition_true, controller_uid, is_active, phase};
 use super::pods_def;
-use crate::meta::meta_str;
+use crate::meta::{meta_str, now_rfc3339};
 use crate::request::Ctx;
 use crate::resources;
 use crate::selector::LabelSelector;
@@ -81,6 +81,8 @@ fn replicaset(st: &mut State, rs: &Value) {
         owned.push(st.put_raw(pods, p));
     }
     let mut active: Vec<Value> = owned.iter().filter(|p| is_active(p)).cloned().collect();
+    // The error of this sync's creates or deletes, as `manageReplicas` returns it.
+    let mut manage_err: Option<(&str, String)> = None;
     if active.len() < want {
         for _ in active.len()..want {
             let mut pod = json!({
@@ -93,7 +95,17 @@ fn replicaset(st: &mut State, rs: &Value) {
             meta.insert("ownerReferences".into(), json!([owner_ref]));
             match st.create(pods, Some(&ns), pod, &mut Ctx::user(RS_CONTROLLER)) {
                 Ok(p) => active.push(p),
-                Err(_) => break,
+                Err(e) => {
+                    // The controller's pod control records a Warning event and stops the batch.
+                    record_event(
+                        st,
+                        rs,
+                        "FailedCreate",
+                        &format!("Error creating: {}", e.message),
+                    );
+                    manage_err = Some(("FailedCreate", e.message));
+                    break;
+                }
             }
         }
     } else if active.len() > want {
@@ -113,13 +125,25 @@ fn replicaset(st: &mut State, rs: &Value) {
         active.sort_by_key(rank);
         let surplus: Vec<Value> = active.drain(..active.len() - want).collect();
         for p in surplus {
-            let _ = st.delete(
+            let deleted = st.delete(
                 pods,
                 Some(&ns),
                 meta_str(&p, "name"),
                 &DeleteOpts::default(),
                 &mut Ctx::user(RS_CONTROLLER),
             );
+            // A pod already gone is not an error to the controller.
+            if let Err(e) = deleted
+                && e.code != 404
+            {
+                record_event(
+                    st,
+                    rs,
+                    "FailedDelete",
+                    &format!("Error deleting: {}", e.message),
+                );
+                manage_err = Some(("FailedDelete", e.message));
+            }
         }
     }
     // Status from what is there now.
@@ -141,7 +165,7 @@ fn replicaset(st: &mut State, rs: &Value) {
         .iter()
         .filter(|p| tsel.matches(p.pointer("/metadata/labels").and_then(Value::as_object)))
         .count();
-    let status = json!({
+    let mut status = json!({
         "replicas": current.len(), "fullyLabeledReplicas": labeled, "readyReplicas": ready,
         "availableReplicas": ready,
         "observedGeneration": rs.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
@@ -149,8 +173,71 @@ fn replicaset(st: &mut State, rs: &Value) {
     let Some(mut latest) = st.get("replicasets", Some(&ns), &rs_name).cloned() else {
         return;
     };
+    let conditions = replica_failure(
+        latest
+            .pointer("/status/conditions")
+            .and_then(Value::as_array),
+        manage_err,
+    );
+    if !conditions.is_empty() {
+        status["conditions"] = Value::Array(conditions);
+    }
     if latest.get("status") != Some(&status) {
         latest["status"] = status;
         st.put_raw(resources::by_name("replicasets").unwrap(), latest);
     }
+}
+
+/// The status conditions after a sync, as `calculateStatus` of the ReplicaSet controller
+/// (pkg/controller/replicaset/replica_set_utils.go) leaves them: an error of this sync adds
+/// `ReplicaFailure` True (reason FailedCreate or FailedDelete, the error's message) unless one
+/// is already there, which then stays as it was; a sync without error removes it.
+fn replica_failure(old: Option<&Vec<Value>>, err: Option<(&str, String)>) -> Vec<Value> {
+    let mut conditions: Vec<Value> = old.cloned().unwrap_or_default();
+    let present = conditions.iter().any(|c| c["type"] == "ReplicaFailure");
+    match err {
+        Some((reason, message)) if !present => conditions.push(json!({
+            "type": "ReplicaFailure", "status": "True", "lastTransitionTime": now_rfc3339(),
+            "reason": reason, "message": message,
+        })),
+        Some(_) => {}
+        None => conditions.retain(|c| c["type"] != "ReplicaFailure"),
+    }
+    conditions
+}
+
+/// Records a Warning event on the ReplicaSet as the controller's event recorder does: a repeat
+/// of the same reason and message counts up on the existing event instead of adding one.
+fn record_event(st: &mut State, rs: &Value, reason: &str, message: &str) {
+    let ns = meta_str(rs, "namespace").to_string();
+    let uid = meta_str(rs, "uid");
+    let events = resources::by_name("events").unwrap();
+    let now = now_rfc3339();
+    let same = st
+        .iter("events", Some(&ns))
+        .find(|e| {
+            e.pointer("/involvedObject/uid").and_then(Value::as_str) == Some(uid)
+                && e["reason"] == reason
+                && e["message"] == message
+        })
+        .cloned();
+    if let Some(mut event) = same {
+        let count = event["count"].as_i64().unwrap_or(1);
+        event["count"] = json!(count + 1);
+        event["lastTimestamp"] = json!(now);
+        st.put_raw(events, event);
+        return;
+    }
+    let nanos = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default();
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{}.{nanos:x}", meta_str(rs, "name")), "namespace": ns},
+        "involvedObject": {"kind": "ReplicaSet", "namespace": ns, "name": meta_str(rs, "name"),
+            "uid": uid, "apiVersion": "apps/v1", "resourceVersion": meta_str(rs, "resourceVersion")},
+        "reason": reason, "message": message, "type": "Warning",
+        "source": {"component": "replicaset-controller"},
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "reportingComponent": "replicaset-controller", "reportingInstance": "",
+    });
+    let _ = st.seed(event);
 }

@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use std::time::Instant;
 
 const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+/// `names.MaxGeneratedNameLength`: 63 minus the 5 random characters.
+const MAX_GENERATED_PREFIX: usize = 58;
 
 impl State {
     /// POST: the full create path.
@@ -78,6 +80,9 @@ impl State {
                 let e = FieldError::required("metadata.name", "name or generateName is required");
                 return Err(ApiError::invalid(res, "", &[e]));
             };
+            // The API server's name generator keeps at most 58 characters of the prefix, so a
+            // generated name has at most 63 (k8s.io/apiserver pkg/storage/names).
+            let prefix: String = prefix.chars().take(MAX_GENERATED_PREFIX).collect();
             let mut rng = rand::rng();
             let name = loop {
                 let suffix: String = (0..5)

@@ -60,25 +60,33 @@ impl State {
         let Some(mut obj) = self.get(res.resource, Some(key_ns), name).cloned() else {
             return Err(ApiError::not_found(res, name));
         };
+        // The registry checks the preconditions in `rest.BeforeDelete`, before storage, and
+        // names the object by its kind there (k8s.io/apiserver pkg/registry/rest/delete.go).
         if let Some(uid) = &opts.uid
             && uid != meta_str(&obj, "uid")
         {
-            let mut e = ApiError::conflict(res, name);
-            e.message = format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                meta_str(&obj, "uid")
-            );
-            return Err(e);
+            return Err(ApiError::precondition_failed(
+                res,
+                name,
+                &format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). \
+                     The object might have been deleted and then recreated",
+                    meta_str(&obj, "uid")
+                ),
+            ));
         }
         if let Some(rv) = &opts.resource_version
             && rv != meta_str(&obj, "resourceVersion")
         {
-            let mut e = ApiError::conflict(res, name);
-            e.message = format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                meta_str(&obj, "resourceVersion")
-            );
-            return Err(e);
+            return Err(ApiError::precondition_failed(
+                res,
+                name,
+                &format!(
+                    "the ResourceVersion in the precondition ({rv}) does not match the \
+                     ResourceVersion in record ({}). The object might have been modified",
+                    meta_str(&obj, "resourceVersion")
+                ),
+            ));
         }
         if ctx.dry_run {
             return Ok(obj);
