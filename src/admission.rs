@@ -480,11 +480,20 @@ mod tests {
     #[test]
     fn an_update_that_changes_resources_is_judged() {
         let old = jump_pod(guaranteed());
-        let new = jump_pod(json!({"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}));
-        assert!(matches!(
-            run(POD, "UPDATE", &new, Some(&old), &json!({})),
-            Outcome::Reject { .. }
-        ));
+        // Only the cpu limit moves away from the request: the rejection names exactly that.
+        let new = jump_pod(json!({
+            "requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+            "limits": {"cpu": "2", "memory": "1Gi"}}));
+        let Outcome::Reject { message, .. } = run(POD, "UPDATE", &new, Some(&old), &json!({}))
+        else {
+            panic!("expected a rejection");
+        };
+        assert_eq!(
+            message,
+            "jump pod \"dstack-main-ssh-jump-pod-abcde\" does not meet the jump-pod contract: \
+             container \"sshd\": cpu request 1 is not equal to its limit 2 \
+             (Guaranteed QoS needs request == limit)"
+        );
     }
 
     #[test]

@@ -281,11 +281,26 @@ mod tests {
             "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u", "controller": true
         }]);
         let mutation = plan(&typed(&pod), Schema::Legacy, &Contract::default());
+        // The resources are still filled (five fills), the labels are not: a controlled pod
+        // keeps exactly the labels it came with.
+        assert_eq!(mutation.fills.len(), 5, "{:?}", mutation.fills);
         assert!(
             mutation
                 .fills
                 .iter()
                 .all(|f| matches!(f, Fill::Resource { .. }))
+        );
+        mutation.apply(&mut pod);
+        assert_eq!(
+            pod["metadata"]["labels"],
+            json!({"app.kubernetes.io/name": "dstack-main-ssh-jump-pod"})
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"],
+            json!({
+                "requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "1Gi"},
+            })
         );
     }
 

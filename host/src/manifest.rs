@@ -179,8 +179,17 @@ mod tests {
         let rs = replicaset(&Config::for_project("ns", "main"));
         let spec = rs.spec.unwrap();
         let labels = spec.template.unwrap().metadata.unwrap().labels.unwrap();
-        for (k, v) in spec.selector.match_labels.unwrap() {
-            assert_eq!(labels.get(&k), Some(&v));
+        let selector = spec.selector.match_labels.unwrap();
+        // Exactly the instance label: an empty selector would match every pod.
+        assert_eq!(
+            selector,
+            BTreeMap::from([(
+                "app.kubernetes.io/instance".to_string(),
+                "dstack-main-ssh-jump-pod".to_string()
+            )])
+        );
+        for (k, v) in &selector {
+            assert_eq!(labels.get(k), Some(v), "template label {k}");
         }
     }
 
@@ -191,7 +200,10 @@ mod tests {
         let spec = svc.spec.unwrap();
         assert_eq!(
             spec.selector.unwrap(),
-            schema::current_selector("dstack-main-ssh-jump-pod")
+            BTreeMap::from([(
+                "app.kubernetes.io/instance".to_string(),
+                "dstack-main-ssh-jump-pod".to_string()
+            )])
         );
         assert_eq!(spec.ports.unwrap()[0].node_port, Some(31022));
         assert_eq!(

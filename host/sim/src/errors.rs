@@ -70,6 +70,28 @@ impl ApiError {
         }
     }
 
+    /// A delete precondition (uid or resourceVersion) that no longer holds: `NewConflict` with
+    /// the object's kind (and group) as the resource, as `rest.BeforeDelete` builds it.
+    pub fn precondition_failed(res: &ResDef, name: &str, cause: &str) -> Self {
+        let mut d = json!({"name": name, "kind": res.kind});
+        if !res.group.is_empty() {
+            d["group"] = json!(res.group);
+        }
+        Self {
+            details: Some(d),
+            ..Self::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{}\": {}",
+                    res.qualified_kind(),
+                    name,
+                    cause
+                ),
+            )
+        }
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }

@@ -19,8 +19,9 @@
 //!   wording (NotFound, AlreadyExists, Conflict, Invalid with causes, Forbidden, ...).
 //! - Create: uid, resourceVersion (one global counter), creationTimestamp, `generateName`
 //!   (5 characters from `bcdfghjklmnpqrstvwxz2456789`), namespace must exist, names are DNS
-//!   subdomains (namespaces DNS labels, services DNS-1035 labels), label keys and values
-//!   validated, `metadata.generation` for ReplicaSets.
+//!   subdomains (namespaces DNS labels, services DNS-1035 labels), container names DNS-1123
+//!   labels (63), label keys and values validated, generated names at most 63 characters,
+//!   `metadata.generation` for ReplicaSets.
 //! - Defaulting before admission: container requests default to limits; pod
 //!   `status.qosClass`; Service type, protocol, targetPort, clusterIP; NodePorts allocated
 //!   from 30000-32767, unique cluster-wide, released on delete.
@@ -29,14 +30,18 @@
 //! - Delete: pods get `deletionTimestamp`/`deletionGracePeriodSeconds` and go after
 //!   [`SimConfig::pod_termination`] (at once when zero, when unbound or terminal, or with
 //!   `gracePeriodSeconds: 0`); objects with finalizers wait for them; other kinds go at
-//!   once. `propagationPolicy` Background (default) and Foreground delete dependents
+//!   once. A uid or resourceVersion precondition that no longer holds is 409 Conflict with
+//!   the registry's wording (`Operation cannot be fulfilled on Pod "x": the UID in the
+//!   precondition ...`). `propagationPolicy` Background (default) and Foreground delete dependents
 //!   through ownerReferences, Orphan strips the ownerReference. Deleting a namespace
 //!   deletes what it contains. The response is the object as last seen.
-//! - Controllers: ReplicaSet controller (kube-controller-manager's rules), garbage
+//! - Controllers: ReplicaSet controller (kube-controller-manager's rules, including the
+//!   `ReplicaFailure` condition and the FailedCreate/FailedDelete Warning events), garbage
 //!   collector, scheduler (requests vs allocatable, pod count, nodeSelector, taints and
 //!   tolerations, `Unschedulable` message in the scheduler's format), kubelet (Running and
 //!   Ready after [`SimConfig::kubelet_delay`]), pod GC of Failed pods on demand.
-//! - Faults on demand ([`Fault`]), RBAC ([`SimConfig::rbac`]), an admission hook
+//! - Faults on demand ([`Fault`]; 429 is plain text with `Retry-After`, as API Priority and
+//!   Fairness sends it), RBAC ([`SimConfig::rbac`]), an admission hook
 //!   ([`Admission`]), a request log ([`RequestRecord`]).
 //!
 //! # Identity
@@ -50,342 +55,48 @@
 //! - Watch (`?watch=1` answers 405 MethodNotAllowed), server-side apply field ownership,
 //!   strategic-merge list merging by key (lists are replaced), Table output (kubectl falls
 //!   back to plain lists), paging (`limit`/`continue` are ignored: everything comes at
-//!   once), protobuf, Deployments, Endpoints, Events emitted by controllers, preemption,
-//!   pod spec immutability, node affinity beyond `nodeSelector`, NoExecute eviction,
-//!   authentication beyond "the bearer token is the user name".
+//!   once), protobuf, Deployments, Endpoints, Events from controllers other than the
+//!   ReplicaSet controller, preemption, pod spec immutability, node affinity beyond
+//!   `nodeSelector`, NoExecute eviction, the ReplicaSet controller's backoff timer (a failed
+//!   sync is tried again when something in its namespace changes), authentication beyond
+//!   "the bearer token is the user name".
 //! - Removing a node deletes the pods bound to it, as pod GC does for orphaned pods.
 
+mod admission;
+mod cluster;
+mod config;
 mod controllers;
 mod errors;
+mod faults;
+mod meta;
 mod quantity;
 mod rbac;
+mod request;
+mod request_log;
 mod resources;
 mod selector;
 mod server;
 mod store;
 mod validate;
 
+pub use admission::{Admission, AdmissionVerdict};
+pub use config::{NodeSpec, SimConfig, Taint};
+pub use faults::{Fault, FaultAction};
+pub use request_log::RequestRecord;
+
+use cluster::Cluster;
+use request::Ctx;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
-use store::{Ctx, State};
+use std::sync::{Arc, Mutex};
+use store::State;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-/// A node taint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint {
-    pub key: String,
-    pub value: String,
-    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
-}
-
-impl Taint {
-    pub fn new(key: &str, value: &str, effect: &str) -> Self {
-        Self {
-            key: key.into(),
-            value: value.into(),
-            effect: effect.into(),
-        }
-    }
-}
-
-/// A node to create.
-#[derive(Debug, Clone)]
-pub struct NodeSpec {
-    pub name: String,
-    pub cpu: String,
-    pub memory: String,
-    pub ephemeral_storage: String,
-    pub pods: u32,
-    pub external_ip: Option<String>,
-    pub internal_ip: Option<String>,
-    pub taints: Vec<Taint>,
-    pub labels: BTreeMap<String, String>,
-}
-
-impl NodeSpec {
-    /// A node with 4 cpu, 16Gi memory, 100Gi ephemeral storage, 110 pods and no addresses.
-    pub fn new(name: &str) -> Self {
-        Self {
-            name: name.into(),
-            cpu: "4".into(),
-            memory: "16Gi".into(),
-            ephemeral_storage: "100Gi".into(),
-            pods: 110,
-            external_ip: None,
-            internal_ip: None,
-            taints: Vec::new(),
-            labels: BTreeMap::new(),
-        }
-    }
-    pub fn cpu(mut self, cpu: &str) -> Self {
-        self.cpu = cpu.into();
-        self
-    }
-    pub fn memory(mut self, memory: &str) -> Self {
-        self.memory = memory.into();
-        self
-    }
-    pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
-        self.taints.push(Taint::new(key, value, effect));
-        self
-    }
-    pub fn label(mut self, key: &str, value: &str) -> Self {
-        self.labels.insert(key.into(), value.into());
-        self
-    }
-    pub fn ips(mut self, external: &str, internal: &str) -> Self {
-        self.external_ip = Some(external.into());
-        self.internal_ip = Some(internal.into());
-        self
-    }
-
-    fn to_json(&self) -> Value {
-        let mut labels: BTreeMap<String, String> = BTreeMap::from([
-            ("kubernetes.io/hostname".into(), self.name.clone()),
-            ("kubernetes.io/os".into(), "linux".into()),
-            ("kubernetes.io/arch".into(), "amd64".into()),
-        ]);
-        labels.extend(self.labels.clone());
-        let mut addresses = Vec::new();
-        if let Some(ip) = &self.internal_ip {
-            addresses.push(json!({"type": "InternalIP", "address": ip}));
-        }
-        if let Some(ip) = &self.external_ip {
-            addresses.push(json!({"type": "ExternalIP", "address": ip}));
-        }
-        addresses.push(json!({"type": "Hostname", "address": self.name}));
-        let res = json!({"cpu": self.cpu, "memory": self.memory,
-            "ephemeral-storage": self.ephemeral_storage, "pods": self.pods.to_string()});
-        let now = store::now_rfc3339();
-        let taints: Vec<Value> = self
-            .taints
-            .iter()
-            .map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect}))
-            .collect();
-        let mut spec = json!({});
-        if !taints.is_empty() {
-            spec["taints"] = Value::Array(taints);
-        }
-        json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.name, "labels": labels},
-            "spec": spec,
-            "status": {
-                "capacity": res, "allocatable": res, "addresses": addresses,
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}],
-                "nodeInfo": {"kubeletVersion": "v1.33.0", "containerRuntimeVersion": "containerd://1.7.0",
-                    "operatingSystem": "linux", "architecture": "amd64", "osImage": "jumppod-sim"},
-            }
-        })
-    }
-}
-
-/// The answer of an [`Admission`] hook (the `response` of an AdmissionReview).
-#[derive(Debug, Clone, Default)]
-pub struct AdmissionVerdict {
-    pub allowed: bool,
-    pub message: Option<String>,
-    /// HTTP code for a denial (400 when absent).
-    pub code: Option<u16>,
-    pub warnings: Vec<String>,
-    /// An RFC 6902 JSON Patch (a JSON array) applied to the object when allowed.
-    pub patch: Option<Value>,
-}
-
-impl AdmissionVerdict {
-    pub fn allow() -> Self {
-        Self {
-            allowed: true,
-            ..Self::default()
-        }
-    }
-    pub fn deny(message: &str) -> Self {
-        Self {
-            allowed: false,
-            message: Some(message.into()),
-            ..Self::default()
-        }
-    }
-    pub fn with_patch(mut self, patch: Value) -> Self {
-        self.patch = Some(patch);
-        self
-    }
-}
-
-/// A mutating + validating admission webhook, called in-process for CREATE and UPDATE of
-/// pods and replicasets (after defaulting, before validation).
-pub trait Admission: Send + Sync {
-    /// The webhook name quoted in denials.
-    fn name(&self) -> &str {
-        "jumppod.sim.local"
-    }
-    /// Reviews a Kubernetes `AdmissionRequest` JSON.
-    fn review(&self, request: &Value) -> AdmissionVerdict;
-}
-
-/// Simulator settings.
-#[derive(Clone)]
-pub struct SimConfig {
-    pub nodes: Vec<NodeSpec>,
-    /// How long a bound pod stays Pending before the kubelet reports it Running and Ready.
-    pub kubelet_delay: Duration,
-    /// How long a deleted pod bound to a node stays terminating (zero: removed at once).
-    pub pod_termination: Duration,
-    pub rbac: bool,
-    /// The user (bearer token) that bypasses RBAC; the main kubeconfig uses it.
-    pub admin_user: String,
-    pub admission: Option<Arc<dyn Admission>>,
-    /// Whether Failed pods are garbage-collected by the controllers' loop (off: only
-    /// [`Sim::gc_failed_pods`] removes them).
-    pub pod_gc: bool,
-    /// Whether controllers also run in the background (off: only [`Sim::settle`] runs them).
-    pub background_controllers: bool,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        Self {
-            nodes: (1..=3)
-                .map(|i| {
-                    NodeSpec::new(&format!("node-{i}"))
-                        .ips(&format!("203.0.113.1{i}"), &format!("10.0.0.1{i}"))
-                })
-                .collect(),
-            kubelet_delay: Duration::from_millis(20),
-            pod_termination: Duration::ZERO,
-            rbac: false,
-            admin_user: "admin".into(),
-            admission: None,
-            pod_gc: false,
-            background_controllers: true,
-        }
-    }
-}
-
-/// What an injected fault does to a matching request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FaultAction {
-    /// Answer with this code and a proper `Status` body; the request does not happen.
-    Status { code: u16, retry_after: Option<u64> },
-    /// Process the request (it happens), then answer with this code anyway.
-    StatusAfter { code: u16 },
-    /// Wait this long, then process the request normally.
-    Stall(Duration),
-    /// Never answer (until the simulator shuts down).
-    Hang,
-    /// Close the connection without any response; the request does not happen.
-    Drop,
-}
-
-/// A fault for the next `times` requests matching `method` and `path_contains`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Fault {
-    /// HTTP method (`GET`, `POST`, ...); `None` matches any.
-    pub method: Option<String>,
-    /// Substring of the request path; `None` matches any.
-    pub path_contains: Option<String>,
-    pub times: usize,
-    pub action: FaultAction,
-}
-
-impl Fault {
-    fn new(method: &str, path: &str, times: usize, action: FaultAction) -> Self {
-        Self {
-            method: (!method.is_empty()).then(|| method.to_ascii_uppercase()),
-            path_contains: (!path.is_empty()).then(|| path.to_string()),
-            times,
-            action,
-        }
-    }
-    /// Answer `code` (429 carries `Retry-After: 1`). Empty method/path match anything.
-    pub fn status(method: &str, path: &str, code: u16, times: usize) -> Self {
-        let retry_after = (code == 429).then_some(1);
-        Self::new(
-            method,
-            path,
-            times,
-            FaultAction::Status { code, retry_after },
-        )
-    }
-    /// Apply the request, then answer `code`.
-    pub fn status_after(method: &str, path: &str, code: u16, times: usize) -> Self {
-        Self::new(method, path, times, FaultAction::StatusAfter { code })
-    }
-    pub fn stall(method: &str, path: &str, delay: Duration, times: usize) -> Self {
-        Self::new(method, path, times, FaultAction::Stall(delay))
-    }
-    pub fn hang(method: &str, path: &str, times: usize) -> Self {
-        Self::new(method, path, times, FaultAction::Hang)
-    }
-    pub fn drop_connection(method: &str, path: &str, times: usize) -> Self {
-        Self::new(method, path, times, FaultAction::Drop)
-    }
-
-    fn matches(&self, method: &str, path: &str) -> bool {
-        self.times > 0
-            && self
-                .method
-                .as_deref()
-                .is_none_or(|m| m.eq_ignore_ascii_case(method))
-            && self
-                .path_contains
-                .as_deref()
-                .is_none_or(|p| path.contains(p))
-    }
-}
-
-/// One request as the simulator saw it. `status` is 0 when the connection was dropped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestRecord {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub status: u16,
-    pub user: String,
-}
-
-pub(crate) struct Inner {
-    state: Mutex<State>,
-    faults: Mutex<Vec<Fault>>,
-    log: Mutex<Vec<RequestRecord>>,
-    notify: Notify,
-    rbac: bool,
-    admin_user: String,
-    pod_gc: bool,
-    url: String,
-}
-
-impl Inner {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn take_fault(&self, method: &str, path: &str) -> Option<FaultAction> {
-        let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());
-        let i = faults.iter().position(|f| f.matches(method, path))?;
-        faults[i].times -= 1;
-        let action = faults[i].action.clone();
-        if faults[i].times == 0 {
-            faults.remove(i);
-        }
-        Some(action)
-    }
-
-    fn record(&self, r: RequestRecord) {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).push(r);
-    }
-}
-
 /// A running simulator. Dropping it stops the server.
 pub struct Sim {
-    inner: Arc<Inner>,
+    inner: Arc<Cluster>,
     addr: SocketAddr,
     dir: PathBuf,
     kubeconfig: PathBuf,
@@ -421,7 +132,7 @@ impl Sim {
         for n in &cfg.nodes {
             state.seed(n.to_json()).map_err(anyhow::Error::msg)?;
         }
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(Cluster {
             state: Mutex::new(state),
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
@@ -578,8 +289,8 @@ impl Sim {
             .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(name))
             .map(|p| {
                 (
-                    store::meta_str(p, "namespace").to_string(),
-                    store::meta_str(p, "name").to_string(),
+                    meta::meta_str(p, "namespace").to_string(),
+                    meta::meta_str(p, "name").to_string(),
                 )
             })
             .collect();
@@ -604,48 +315,26 @@ impl Sim {
 
     /// Queues a fault; the first queued fault matching a request applies.
     pub fn inject(&self, fault: Fault) {
-        self.inner
-            .faults
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(fault);
+        self.inner.faults().push(fault);
     }
 
     /// Forgets all queued faults.
     pub fn clear_faults(&self) {
-        self.inner
-            .faults
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.inner.faults().clear();
     }
 
     /// Every request served so far (discovery included).
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.inner
-            .log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.inner.log().clone()
     }
 
     pub fn clear_requests(&self) {
-        self.inner
-            .log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.inner.log().clear();
     }
 
     /// How many logged requests satisfy `pred`.
     pub fn count(&self, pred: impl Fn(&RequestRecord) -> bool) -> usize {
-        self.inner
-            .log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|r| pred(r))
-            .count()
+        self.inner.log().iter().filter(|r| pred(r)).count()
     }
 
     /// Stops serving and waits for the server and controllers to end.

@@ -1,6 +1,7 @@
 //! Role-based access control over the stored Role/ClusterRole and binding objects.
 
-use crate::store::{State, meta_str};
+use crate::meta::meta_str;
+use crate::store::State;
 use serde_json::Value;
 
 /// One authorisation question.

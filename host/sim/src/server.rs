@@ -1,11 +1,15 @@
 //! HTTP serving: routing, authentication, RBAC, faults and the request log.
 
+use crate::cluster::Cluster;
 use crate::errors::{ApiError, for_code};
+use crate::faults::FaultAction;
+use crate::meta::meta_str;
 use crate::rbac::{self, Attrs};
+use crate::request::Ctx;
+use crate::request_log::RequestRecord;
 use crate::resources::{self, ResDef};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{Ctx, DeleteOpts, meta_str};
-use crate::{FaultAction, Inner, RequestRecord};
+use crate::store::DeleteOpts;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -19,7 +23,7 @@ use tokio::sync::watch;
 /// Accepts connections until shutdown.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    inner: Arc<Inner>,
+    inner: Arc<Cluster>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -79,6 +83,20 @@ fn json_response(code: u16, body: &Value, warnings: &[String], retry_after: Opti
     .unwrap()
 }
 
+/// The 429 of API Priority and Fairness / max-inflight: Go's `http.Error` with
+/// `Too many requests, please try again later.` and a `Retry-After` header, not a `Status`.
+fn too_many_requests(retry_after: u64) -> Resp {
+    Response::builder()
+        .status(StatusCode::TOO_MANY_REQUESTS)
+        .header("content-type", "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff")
+        .header("retry-after", retry_after.to_string())
+        .body(Full::new(Bytes::from_static(
+            b"Too many requests, please try again later.\n",
+        )))
+        .unwrap()
+}
+
 fn error_response(e: &ApiError) -> Resp {
     json_response(e.code, &e.to_status(), &[], e.retry_after)
 }
@@ -117,7 +135,7 @@ fn parse_query(q: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Resp, DropConnection> {
+async fn handle(inner: Arc<Cluster>, req: Request<Incoming>) -> Result<Resp, DropConnection> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -164,6 +182,11 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Resp, DropC
             record.status = code;
             inner.record(record);
             return Ok(error_response(&e));
+        }
+        Some(FaultAction::TooManyRequests { retry_after }) => {
+            record.status = 429;
+            inner.record(record);
+            return Ok(too_many_requests(retry_after));
         }
         Some(FaultAction::StatusAfter { code }) => after = Some(code),
         Some(FaultAction::Stall(d)) => tokio::time::sleep(d).await,
@@ -261,7 +284,7 @@ fn parse_target(path: &str) -> Result<Result<Target, Value>, ApiError> {
 }
 
 fn route(
-    inner: &Inner,
+    inner: &Cluster,
     method: &str,
     path: &str,
     q: &BTreeMap<String, String>,

@@ -34,6 +34,23 @@ fn is_label_token(s: &str) -> bool {
         && b[b.len() - 1].is_ascii_alphanumeric()
 }
 
+/// `IsDNS1123Label`: the length error first, then the format error (a valid subdomain that is
+/// not a label can only have dots).
+fn dns1123_label_errors(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if value.len() > 63 {
+        out.push("must be no more than 63 characters".to_string());
+    }
+    if !is_dns_label(value) {
+        if is_dns_subdomain(value) {
+            out.push("must not contain dots".to_string());
+        } else {
+            out.push(DNS1123_LABEL.to_string());
+        }
+    }
+    out
+}
+
 /// Validates an object name; `style` is "subdomain", "label" or "dns1035".
 pub fn name(name: &str, style: &str, errs: &mut Vec<FieldError>) {
     let (ok, msg, max) = match style {
@@ -221,12 +238,17 @@ pub fn pod_spec(spec: &Value, path: &str, errs: &mut Vec<FieldError>) {
                 format!("{path}.containers[{i}].name"),
                 "",
             )),
-            Some(n) if !is_dns_label(n) => errs.push(FieldError::invalid(
-                format!("{path}.containers[{i}].name"),
-                quote(n),
-                DNS1123_LABEL,
-            )),
-            _ => {}
+            // Container names are DNS-1123 labels (`ValidateDNS1123Label`): at most 63
+            // characters, one error per broken rule.
+            Some(n) => {
+                for detail in dns1123_label_errors(n) {
+                    errs.push(FieldError::invalid(
+                        format!("{path}.containers[{i}].name"),
+                        quote(n),
+                        detail,
+                    ));
+                }
+            }
         }
         if c.get("image")
             .and_then(Value::as_str)

@@ -113,7 +113,7 @@ async fn controller_pods_are_admitted() {
         "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}),
     );
     rss.create(&PostParams::default(), &rs).await.unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let pods: Api<Pod> = Api::namespaced(c, "default");
     let ps = pods
         .list(&ListParams::default().labels("app=web"))
@@ -132,4 +132,96 @@ async fn controller_pods_are_admitted() {
     assert!(seen.iter().any(|r| r["userInfo"]["username"]
         == "system:serviceaccount:kube-system:replicaset-controller"
         && r["name"] == ""));
+}
+
+/// Denies every pod while `closed` is set (as a quota or Pod Security would).
+struct Gate {
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Admission for Gate {
+    fn review(&self, request: &Value) -> AdmissionVerdict {
+        if request["kind"]["kind"] == "Pod" && self.closed.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return AdmissionVerdict::deny("pods are closed");
+        }
+        AdmissionVerdict::allow()
+    }
+}
+
+// A ReplicaSet whose pod create is refused gets `ReplicaFailure` True, reason FailedCreate, the
+// API error's message (calculateStatus in pkg/controller/replicaset/replica_set_utils.go), and a
+// Warning event FailedCreate `Error creating: <message>`; the condition goes once a create
+// succeeds again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_pod_create_sets_replica_failure_until_it_succeeds() {
+    let gate = Arc::new(Gate {
+        closed: true.into(),
+    });
+    let sim = Sim::start(SimConfig {
+        admission: Some(gate.clone()),
+        background_controllers: false,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let rss: Api<ReplicaSet> = Api::namespaced(client(&sim).await, "default");
+    let rs: ReplicaSet = typed(json!({"metadata": {"name": "web"}, "spec": {"replicas": 1,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}));
+    rss.create(&PostParams::default(), &rs).await.unwrap();
+    settle(&sim).await;
+    let message = "admission webhook \"jumppod.sim.local\" denied the request: pods are closed";
+    let got = rss.get("web").await.unwrap();
+    let status = got.status.expect("status");
+    assert_eq!(status.replicas, 0);
+    let conditions = status.conditions.expect("conditions");
+    assert_eq!(conditions.len(), 1, "{conditions:?}");
+    let c = &conditions[0];
+    assert_eq!(
+        (
+            c.type_.as_str(),
+            c.status.as_str(),
+            c.reason.as_deref(),
+            c.message.as_deref()
+        ),
+        (
+            "ReplicaFailure",
+            "True",
+            Some("FailedCreate"),
+            Some(message)
+        )
+    );
+    assert!(c.last_transition_time.is_some());
+    let events: Vec<Value> = sim
+        .list("events", Some("default"))
+        .into_iter()
+        .filter(|e| e["reason"] == "FailedCreate")
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "Warning");
+    assert_eq!(events[0]["message"], format!("Error creating: {message}"));
+    assert_eq!(events[0]["involvedObject"]["kind"], "ReplicaSet");
+    assert_eq!(events[0]["involvedObject"]["name"], "web");
+    assert_eq!(events[0]["involvedObject"]["uid"], json!(got.metadata.uid));
+    assert_eq!(events[0]["source"]["component"], "replicaset-controller");
+
+    gate.closed
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    // The simulator's controller tries again when something in the namespace changes (the real
+    // one also retries on its backoff timer): touch the ReplicaSet.
+    rss.patch(
+        "web",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"retry": "1"}}})),
+    )
+    .await
+    .unwrap();
+    settle(&sim).await;
+    let status = rss.get("web").await.unwrap().status.expect("status");
+    assert_eq!(status.replicas, 1);
+    assert!(
+        status.conditions.unwrap_or_default().is_empty(),
+        "ReplicaFailure stays after a successful create"
+    );
 }

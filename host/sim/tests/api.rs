@@ -6,7 +6,7 @@ use common::*;
 use jumppod_sim::{Sim, SimConfig};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 
 fn pod(name: &str, labels: serde_json::Value) -> Pod {
@@ -30,7 +30,14 @@ fn rs(
 // Create fills uid, resourceVersion and creationTimestamp; get, replace and delete round-trip.
 #[tokio::test(flavor = "multi_thread")]
 async fn crud_round_trip() {
-    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    // The test owns its timing: with background controllers a kubelet write could land
+    // between the get and the replace and turn the replace into a 409.
+    let sim = Sim::start(SimConfig {
+        background_controllers: false,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
     let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
     let created = pods
         .create(&PostParams::default(), &pod("a", json!({"app": "x"})))
@@ -594,4 +601,220 @@ async fn finalizers_hold_deletion() {
     .await
     .unwrap();
     assert_eq!(status(pods.get("held").await).code, 404);
+}
+
+fn with_container_name(mut v: serde_json::Value, pointer: &str, name: &str) -> serde_json::Value {
+    *v.pointer_mut(pointer).expect("container name field") = json!(name);
+    v
+}
+
+// Container names are DNS-1123 labels (ValidateDNS1123Label): 64 characters is 422 Invalid with
+// the field path and `must be no more than 63 characters`, for a Pod and for a ReplicaSet's
+// template alike; 63 is accepted.
+#[tokio::test(flavor = "multi_thread")]
+async fn container_names_are_at_most_63_characters() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let long = "c".repeat(64);
+    let pod_json = json!(pod("x", json!({})));
+    let (code, body) = raw(
+        &sim,
+        "admin",
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(&with_container_name(
+            pod_json.clone(),
+            "/spec/containers/0/name",
+            &long,
+        )),
+    );
+    assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")));
+    assert_eq!(
+        body["message"],
+        format!(
+            "Pod \"x\" is invalid: spec.containers[0].name: Invalid value: \"{long}\": must be no more than 63 characters"
+        )
+    );
+    assert_eq!(
+        body["details"]["causes"],
+        json!([{"reason": "FieldValueInvalid", "field": "spec.containers[0].name",
+            "message": format!("Invalid value: \"{long}\": must be no more than 63 characters")}])
+    );
+    let rs_json = json!(rs("x", json!({"app": "x"}), json!({"app": "x"}), "Always"));
+    let (code, body) = raw(
+        &sim,
+        "admin",
+        "POST",
+        "/apis/apps/v1/namespaces/default/replicasets",
+        Some(&with_container_name(
+            rs_json.clone(),
+            "/spec/template/spec/containers/0/name",
+            &long,
+        )),
+    );
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        format!(
+            "ReplicaSet.apps \"x\" is invalid: spec.template.spec.containers[0].name: Invalid value: \"{long}\": must be no more than 63 characters"
+        )
+    );
+    assert_eq!(
+        body["details"]["causes"][0]["field"],
+        "spec.template.spec.containers[0].name"
+    );
+    let ok = "c".repeat(63);
+    let (code, body) = raw(
+        &sim,
+        "admin",
+        "POST",
+        "/apis/apps/v1/namespaces/default/replicasets",
+        Some(&with_container_name(
+            rs_json,
+            "/spec/template/spec/containers/0/name",
+            &ok,
+        )),
+    );
+    assert_eq!(code, 201, "{body}");
+}
+
+// Service names are DNS-1035 labels (63 characters at most); pods and ReplicaSets are DNS
+// subdomains (253).
+#[tokio::test(flavor = "multi_thread")]
+async fn name_length_limits_follow_the_kind() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let svcs: Api<Service> = Api::namespaced(client(&sim).await, "default");
+    let name = "s".repeat(64);
+    let service: Service = typed(json!({"metadata": {"name": name},
+        "spec": {"selector": {"app": "s"}, "ports": [{"port": 22}]}}));
+    let s = status(svcs.create(&PostParams::default(), &service).await);
+    assert_eq!(
+        s.message,
+        format!(
+            "Service \"{name}\" is invalid: metadata.name: Invalid value: \"{name}\": must be no more than 63 characters"
+        )
+    );
+    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    pods.create(&PostParams::default(), &pod(&"p".repeat(253), json!({})))
+        .await
+        .unwrap();
+    let name = "p".repeat(254);
+    let s = status(
+        pods.create(&PostParams::default(), &pod(&name, json!({})))
+            .await,
+    );
+    assert_eq!(
+        s.message,
+        format!(
+            "Pod \"{name}\" is invalid: metadata.name: Invalid value: \"{name}\": must be no more than 253 characters"
+        )
+    );
+}
+
+// The name generator keeps at most 58 characters of generateName and adds 5 (names.SimpleNameGenerator).
+#[tokio::test(flavor = "multi_thread")]
+async fn generated_names_are_at_most_63_characters() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    let prefix = format!("{}-", "g".repeat(69));
+    let mut p = pod("", json!({}));
+    p.metadata.name = None;
+    p.metadata.generate_name = Some(prefix.clone());
+    let created = pods.create(&PostParams::default(), &p).await.unwrap();
+    let name = created.metadata.name.unwrap();
+    assert_eq!(name.len(), 63);
+    assert!(name.starts_with(&prefix[..58]), "{name}");
+}
+
+fn delete_if(uid: Option<String>, resource_version: Option<String>) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
+// A DELETE whose uid precondition no longer holds is refused by the registry's BeforeDelete
+// (k8s.io/apiserver pkg/registry/rest/delete.go): 409 Conflict naming the object by its kind,
+// `the UID in the precondition (A) does not match the UID in record (B). The object might have
+// been deleted and then recreated`, and the object stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_uid_precondition_is_a_conflict_naming_the_kind() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    let first = pods
+        .create(&PostParams::default(), &pod("x", json!({})))
+        .await
+        .unwrap();
+    pods.delete("x", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let second = pods
+        .create(&PostParams::default(), &pod("x", json!({})))
+        .await
+        .unwrap();
+    let (old, new) = (first.metadata.uid.unwrap(), second.metadata.uid.unwrap());
+    let s = status(pods.delete("x", &delete_if(Some(old.clone()), None)).await);
+    assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        s.message,
+        format!(
+            "Operation cannot be fulfilled on Pod \"x\": the UID in the precondition ({old}) does not match the UID in record ({new}). The object might have been deleted and then recreated"
+        )
+    );
+    let d = s.details.expect("details");
+    assert_eq!(
+        (d.name.as_str(), d.kind.as_str(), d.group.as_str()),
+        ("x", "Pod", "")
+    );
+    assert!(sim.get("pods", Some("default"), "x").is_some());
+    pods.delete("x", &delete_if(Some(new), None)).await.unwrap();
+
+    let rss: Api<ReplicaSet> = Api::namespaced(client(&sim).await, "default");
+    rss.create(
+        &PostParams::default(),
+        &rs("r", json!({"app": "r"}), json!({"app": "r"}), "Always"),
+    )
+    .await
+    .unwrap();
+    let s = status(rss.delete("r", &delete_if(Some("gone".into()), None)).await);
+    assert!(
+        s.message
+            .starts_with("Operation cannot be fulfilled on ReplicaSet.apps \"r\": the UID in the precondition (gone)"),
+        "{}",
+        s.message
+    );
+    let d = s.details.expect("details");
+    assert_eq!((d.kind.as_str(), d.group.as_str()), ("ReplicaSet", "apps"));
+}
+
+// A resourceVersion precondition that no longer holds is refused the same way, with
+// `... The object might have been modified`; a matching one deletes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_resource_version_precondition_is_a_conflict() {
+    let sim = Sim::start(SimConfig {
+        background_controllers: false,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    let created = pods
+        .create(&PostParams::default(), &pod("x", json!({})))
+        .await
+        .unwrap();
+    let rv = created.metadata.resource_version.unwrap();
+    let s = status(pods.delete("x", &delete_if(None, Some("1".into()))).await);
+    assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        s.message,
+        format!(
+            "Operation cannot be fulfilled on Pod \"x\": the ResourceVersion in the precondition (1) does not match the ResourceVersion in record ({rv}). The object might have been modified"
+        )
+    );
+    pods.delete("x", &delete_if(created.metadata.uid, Some(rv)))
+        .await
+        .unwrap();
+    assert!(sim.get("pods", Some("default"), "x").is_none());
 }

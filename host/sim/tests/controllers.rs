@@ -56,7 +56,7 @@ async fn replicaset_creates_pods_and_reports_status() {
         .create(&PostParams::default(), &rs("web", 3))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let pods: Api<Pod> = Api::namespaced(c, "default");
     let ps = pods_of(&pods, "web").await;
     assert_eq!(ps.len(), 3);
@@ -101,7 +101,7 @@ async fn replicaset_adopts_orphans() {
         .create(&PostParams::default(), &rs("web", 1))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let ps = pods_of(&pods, "web").await;
     assert_eq!(ps.len(), 1);
     assert_eq!(ps[0].metadata.name.as_deref(), Some("orphan"));
@@ -140,7 +140,7 @@ async fn replicaset_skips_failed_and_foreign_pods() {
         .create(&PostParams::default(), &rs("web", 1))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let ps = pods_of(&pods, "web").await;
     assert_eq!(ps.len(), 3);
     let owned: Vec<&Pod> = ps
@@ -166,12 +166,12 @@ async fn eviction_gets_a_replacement_and_failed_pod_stays() {
     rss.create(&PostParams::default(), &rs("web", 1))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let pods: Api<Pod> = Api::namespaced(c, "default");
     let first = pods_of(&pods, "web").await.remove(0);
     let first_name = first.metadata.name.clone().unwrap();
     sim.evict_pod("default", &first_name);
-    sim.settle().await;
+    settle(&sim).await;
     let evicted = pods.get(&first_name).await.unwrap();
     let st = evicted.status.clone().unwrap();
     assert_eq!(
@@ -189,7 +189,7 @@ async fn eviction_gets_a_replacement_and_failed_pod_stays() {
     assert_eq!(ps.iter().filter(|p| ready(p)).count(), 1);
     assert_eq!(rss.get("web").await.unwrap().status.unwrap().replicas, 1);
     sim.gc_failed_pods();
-    sim.settle().await;
+    settle(&sim).await;
     assert_eq!(pods_of(&pods, "web").await.len(), 1);
 }
 
@@ -202,7 +202,7 @@ async fn surplus_pods_are_deleted() {
     rss.create(&PostParams::default(), &rs("web", 3))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let pods: Api<Pod> = Api::namespaced(c, "default");
     let victim = pods_of(&pods, "web").await[1]
         .metadata
@@ -217,7 +217,7 @@ async fn surplus_pods_are_deleted() {
     )
     .await
     .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let names: Vec<String> = pods_of(&pods, "web")
         .await
         .into_iter()
@@ -243,7 +243,7 @@ async fn terminating_pods_are_not_counted() {
     rss.create(&PostParams::default(), &rs("web", 1))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let pods: Api<Pod> = Api::namespaced(c, "default");
     let old = pods_of(&pods, "web").await.remove(0).metadata.name.unwrap();
     let deleted = pods
@@ -253,7 +253,7 @@ async fn terminating_pods_are_not_counted() {
         .left()
         .unwrap();
     assert_eq!(deleted.metadata.deletion_grace_period_seconds, Some(30));
-    sim.settle().await;
+    settle(&sim).await;
     let ps = pods_of(&pods, "web").await;
     assert_eq!(ps.len(), 2);
     assert!(
@@ -286,18 +286,18 @@ async fn delete_propagation() {
         rss.create(&PostParams::default(), &rs(name, 2))
             .await
             .unwrap();
-        sim.settle().await;
+        settle(&sim).await;
         assert_eq!(pods_of(&pods, name).await.len(), 2);
         rss.delete(name, &dp).await.unwrap();
-        sim.settle().await;
+        settle(&sim).await;
         assert!(pods_of(&pods, name).await.is_empty(), "{name}");
     }
     rss.create(&PostParams::default(), &rs("or", 2))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     rss.delete("or", &DeleteParams::orphan()).await.unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let left = pods_of(&pods, "or").await;
     assert_eq!(left.len(), 2);
     assert!(left.iter().all(|p| {
@@ -326,7 +326,7 @@ async fn unschedulable_message() {
         "resources": {"requests": {"cpu": "3"}}}]}}),
     );
     pods.create(&PostParams::default(), &p).await.unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let got = pods.get("big").await.unwrap();
     let st = got.status.unwrap();
     assert_eq!(st.phase.as_deref(), Some("Pending"));
@@ -348,7 +348,7 @@ async fn unschedulable_message() {
     );
     // Re-evaluated when nodes change.
     sim.add_node(NodeSpec::new("big").cpu("8"));
-    sim.settle().await;
+    settle(&sim).await;
     let got = pods.get("big").await.unwrap();
     assert_eq!(got.spec.as_ref().unwrap().node_name.as_deref(), Some("big"));
     assert!(ready(&got));
@@ -382,7 +382,7 @@ async fn node_selector_and_tolerations() {
     pods.create(&PostParams::default(), &mk("intol", false))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     assert_eq!(
         pods.get("tol")
             .await
@@ -422,7 +422,7 @@ async fn ready_after_kubelet_delay() {
     pods.create(&PostParams::default(), &bare_pod("slow", "x"))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let p = pods.get("slow").await.unwrap();
     assert!(p.spec.as_ref().unwrap().node_name.is_some());
     assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
@@ -433,7 +433,7 @@ async fn ready_after_kubelet_delay() {
     pods.create(&PostParams::default(), &bare_pod("fast", "x"))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     let p = pods.get("fast").await.unwrap();
     let st = p.status.clone().unwrap();
     assert_eq!(st.phase.as_deref(), Some("Running"));
@@ -454,9 +454,9 @@ async fn node_removal() {
     rss.create(&PostParams::default(), &rs("web", 6))
         .await
         .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     sim.remove_node("node-1");
-    sim.settle().await;
+    settle(&sim).await;
     let pods: Api<Pod> = Api::namespaced(c, "default");
     let ps = pods_of(&pods, "web").await;
     assert_eq!(ps.len(), 6);
@@ -482,7 +482,7 @@ async fn requests_fill_nodes() {
             "resources": {"limits": {"memory": "400Mi"}}}]}}),
         );
         pods.create(&PostParams::default(), &p).await.unwrap();
-        sim.settle().await;
+        settle(&sim).await;
     }
     let c = pods.get("c").await.unwrap().status.unwrap();
     assert_eq!(c.phase.as_deref(), Some("Pending"));
@@ -494,7 +494,7 @@ async fn requests_fill_nodes() {
             .starts_with("0/1 nodes are available: 1 Insufficient memory.")
     );
     pods.delete("a", &DeleteParams::default()).await.unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     assert_eq!(
         pods.get("c")
             .await

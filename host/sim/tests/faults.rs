@@ -7,7 +7,7 @@ use jumppod_sim::{Fault, Sim, SimConfig};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn pod(name: &str) -> Pod {
     typed(
@@ -15,14 +15,65 @@ fn pod(name: &str) -> Pod {
     )
 }
 
-// 429 carries Retry-After and reason TooManyRequests; kube's default retry policy tries again and succeeds.
+// 429 is answered as API Priority and Fairness / max-inflight answer it: plain text
+// `Too many requests, please try again later.` with a `Retry-After` header in seconds and no
+// Status object; the request does not happen.
 #[tokio::test(flavor = "multi_thread")]
-async fn too_many_requests() {
+async fn too_many_requests_is_plain_text_with_retry_after() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    sim.inject(Fault::too_many_requests("POST", "/pods", 7, 1));
+    let body = serde_json::to_value(pod("a")).unwrap();
+    let (code, headers, text) = raw_text(
+        &sim,
+        "admin",
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        "application/json",
+        Some(&body),
+    );
+    assert_eq!(code, 429);
+    assert_eq!(text, "Too many requests, please try again later.\n");
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find_map(|h| {
+                let (k, v) = h.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(header("retry-after"), "7");
+    assert_eq!(header("content-type"), "text/plain; charset=utf-8");
+    assert!(sim.get("pods", Some("default"), "a").is_none());
+    // `Fault::status` with 429 answers the same way, with `Retry-After: 1`.
+    sim.inject(Fault::status("GET", "/pods", 429, 1));
+    let (code, headers, text) = raw_text(
+        &sim,
+        "admin",
+        "GET",
+        "/api/v1/namespaces/default/pods",
+        "application/json",
+        None,
+    );
+    assert_eq!(code, 429);
+    assert!(serde_json::from_str::<serde_json::Value>(&text).is_err());
+    assert!(
+        headers
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case("retry-after: 1"))
+    );
+}
+
+// A client without retries sees the 429 code; kube's default retry policy tries again and succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn too_many_requests_is_retried_by_default_client() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     sim.inject(Fault::status("GET", "/pods", 429, 1));
     let plain: Api<Pod> = Api::namespaced(raw_client(&sim, None).await, "default");
-    let s = status(plain.list(&ListParams::default()).await);
-    assert_eq!((s.code, s.reason.as_str()), (429, "TooManyRequests"));
+    match plain.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
+        other => panic!("expected the 429 as an API error, got {other:?}"),
+    }
     sim.inject(Fault::status("GET", "/pods", 429, 1));
     sim.clear_requests();
     let retrying: Api<Pod> = Api::namespaced(client(&sim).await, "default");
@@ -96,40 +147,63 @@ async fn forbidden_and_conflict() {
     assert_eq!(status(pods.get("x").await).reason, "NotFound");
 }
 
-// A stall longer than the client's read timeout makes the call fail; a hang never answers.
+/// The client's read timeout in the timeout tests.
+const READ_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long the stall lasts: far beyond the read timeout.
+const STALL: Duration = Duration::from_secs(5);
+
+// A stall longer than the client's read timeout makes the call fail with a timeout once the
+// read timeout has passed and before the stall ends; a hang fails the same way.
 #[tokio::test(flavor = "multi_thread")]
 async fn stall_and_hang_hit_the_read_timeout() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(
-        raw_client(&sim, Some(Duration::from_millis(100))).await,
-        "default",
-    );
-    sim.inject(Fault::stall("GET", "/pods", Duration::from_millis(1500), 1));
+    let pods: Api<Pod> = Api::namespaced(raw_client(&sim, Some(READ_TIMEOUT)).await, "default");
+    sim.inject(Fault::stall("GET", "/pods", STALL, 1));
+    let started = Instant::now();
     let r = pods.list(&ListParams::default()).await;
+    let took = started.elapsed();
+    match &r {
+        Err(e) => assert!(is_timeout(e), "expected a read timeout, got {e:?}"),
+        Ok(_) => panic!("a stalled list answered"),
+    }
     assert!(
-        r.is_err() && !matches!(r, Err(kube::Error::Api(_))),
-        "{r:?}"
+        took >= READ_TIMEOUT && took < STALL,
+        "the call ended after {took:?}: not by the {READ_TIMEOUT:?} read timeout"
     );
     sim.inject(Fault::hang("GET", "/pods", 1));
+    let started = Instant::now();
     let r = pods.list(&ListParams::default()).await;
+    let took = started.elapsed();
+    match &r {
+        Err(e) => assert!(is_timeout(e), "expected a read timeout, got {e:?}"),
+        Ok(_) => panic!("a hung list answered"),
+    }
     assert!(
-        r.is_err() && !matches!(r, Err(kube::Error::Api(_))),
-        "{r:?}"
+        took >= READ_TIMEOUT && took < STALL,
+        "the call ended after {took:?}: not by the {READ_TIMEOUT:?} read timeout"
     );
     pods.list(&ListParams::default()).await.unwrap();
 }
 
-// A dropped connection is a transport error, not an API error; the request did not happen.
+// A dropped connection is a transport error (the connection closed before a response), not an
+// API error and not a timeout: it comes at once; the request did not happen.
 #[tokio::test(flavor = "multi_thread")]
 async fn dropped_connection() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(raw_client(&sim, None).await, "default");
     sim.inject(Fault::drop_connection("POST", "/pods", 1));
+    let started = Instant::now();
     let r = pods.create(&PostParams::default(), &pod("a")).await;
-    assert!(
-        r.is_err() && !matches!(r, Err(kube::Error::Api(_))),
-        "{r:?}"
-    );
+    let took = started.elapsed();
+    match &r {
+        Err(e) => assert!(
+            is_connection_closed(e) && !is_timeout(e),
+            "expected a closed connection, got {e:?}"
+        ),
+        Ok(_) => panic!("a dropped create answered"),
+    }
+    // Far below any client timeout: the drop ended the call, not a timer.
+    assert!(took < STALL, "the call ended after {took:?}");
     assert!(sim.get("pods", Some("default"), "a").is_none());
     assert_eq!(sim.count(|r| r.method == "POST" && r.status == 0), 1);
 }

@@ -8,11 +8,14 @@ use serde_json::{Value, json};
 use std::path::Path;
 
 async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new("kubectl")
+    let run = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(kubeconfig)
+        .arg("--request-timeout=30s")
         .args(args)
-        .output()
+        .kill_on_drop(true)
+        .output();
+    let out = within(&format!("kubectl {}", args.join(" ")), run)
         .await
         .expect("kubectl runs");
     (
@@ -38,7 +41,7 @@ async fn web_sim() -> Sim {
         "spec": {"containers": [{"name": "c", "image": "i"}]}}),
     )
     .unwrap();
-    sim.settle().await;
+    settle(&sim).await;
     sim
 }
 

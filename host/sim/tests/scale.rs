@@ -73,7 +73,7 @@ async fn thousand_namespaces() {
             .await
             .unwrap();
     }
-    sim.settle().await;
+    settle(&sim).await;
     let after = rss_kib();
     let pods: Api<Pod> = Api::all(c.clone());
     let all = pods.list(&ListParams::default()).await.unwrap().items;

@@ -3,9 +3,48 @@
 
 use jumppod_sim::Sim;
 use serde_json::Value;
+use std::future::Future;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
+
+/// How long any single wait in these tests may take before it fails, naming what it awaited.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+/// Awaits `fut`, failing the test with `what` if it takes longer than [`WAIT_LIMIT`].
+pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT_LIMIT, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {WAIT_LIMIT:?} waiting for {what}"),
+    }
+}
+
+/// Runs the controllers until quiet ([`Sim::settle`]), bounded by [`WAIT_LIMIT`].
+pub async fn settle(sim: &Sim) {
+    within("the simulator's controllers to settle", sim.settle()).await
+}
+
+/// The kinds of failure a transport error can be, found anywhere in its source chain.
+pub fn is_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
+    sources(err).any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
+}
+
+/// Whether the connection closed before a response came (hyper's `IncompleteMessage`).
+pub fn is_connection_closed(err: &(dyn std::error::Error + 'static)) -> bool {
+    sources(err).any(|e| {
+        e.downcast_ref::<hyper::Error>()
+            .is_some_and(|h| h.is_incomplete_message() || h.is_closed())
+    })
+}
+
+fn sources<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source())
+}
 
 /// A kube client for the kubeconfig at `path`, with kube's default retry policy.
 pub async fn client_at(path: &Path) -> kube::Client {
@@ -56,7 +95,22 @@ pub fn raw_with(
     ctype: &str,
     body: Option<&Value>,
 ) -> (u16, Value) {
+    let (code, _, body) = raw_text(sim, token, method, path, ctype, body);
+    (code, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// One raw HTTP/1.1 exchange; returns the status code, the header lines and the body as text.
+/// Reading is bounded by [`WAIT_LIMIT`].
+pub fn raw_text(
+    sim: &Sim,
+    token: &str,
+    method: &str,
+    path: &str,
+    ctype: &str,
+    body: Option<&Value>,
+) -> (u16, Vec<String>, String) {
     let mut s = std::net::TcpStream::connect(sim.addr()).expect("connect");
+    s.set_read_timeout(Some(WAIT_LIMIT)).expect("read timeout");
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: sim\r\nAuthorization: Bearer {token}\r\nContent-Type: {ctype}\r\n\
@@ -65,10 +119,12 @@ pub fn raw_with(
     );
     s.write_all(req.as_bytes()).expect("write");
     let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
+    s.read_to_string(&mut out)
+        .unwrap_or_else(|e| panic!("reading the answer to {method} {path}: {e}"));
     let code: u16 = out[9..12].parse().expect("status code");
-    let (_, body) = out.split_once("\r\n\r\n").expect("body");
-    (code, serde_json::from_str(body).unwrap_or(Value::Null))
+    let (head, body) = out.split_once("\r\n\r\n").expect("body");
+    let headers = head.lines().skip(1).map(String::from).collect();
+    (code, headers, body.to_string())
 }
 
 /// Deserialises JSON into a typed object.
