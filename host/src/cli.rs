@@ -106,11 +106,14 @@ pub enum Command {
         service_account: String,
     },
     #[cfg(feature = "wasm")]
-    /// Evaluate an AdmissionRequest or AdmissionReview file with the policy module, run as
-    /// policy-server runs it, and print the AdmissionResponse, as `kwctl run` does.
+    /// Evaluate AdmissionRequest or AdmissionReview files with the policy module, run as
+    /// policy-server runs it (a fresh instance per request), and print the AdmissionResponse,
+    /// as `kwctl run` does. Several files: one compact AdmissionResponse per line, in order,
+    /// the module compiled once.
     Eval {
-        /// AdmissionRequest or AdmissionReview (JSON or YAML).
-        file: PathBuf,
+        /// AdmissionRequest or AdmissionReview (JSON or YAML); several are evaluated in turn.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
         /// Policy settings as JSON, or @FILE.
         #[arg(long, default_value = "{}")]
         settings: String,

@@ -100,17 +100,23 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
         }
         #[cfg(feature = "wasm")]
         Command::Eval {
-            file,
+            files,
             settings,
             policy,
         } => {
             let settings = json_arg("--settings", &settings)?;
-            let evaluation = crate::eval::eval(&file, &settings, &policy)?;
-            println!("{}", to_json(&evaluation.response)?);
-            if printer.output == Output::Human
-                && let Some(patch) = evaluation.patch
-            {
-                eprintln!("decoded patch:\n{}", to_json(&patch)?);
+            let evaluations = crate::eval::eval(&files, &settings, &policy)?;
+            if let [evaluation] = evaluations.as_slice() {
+                println!("{}", to_json(&evaluation.response)?);
+                if printer.output == Output::Human
+                    && let Some(patch) = &evaluation.patch
+                {
+                    eprintln!("decoded patch:\n{}", to_json(patch)?);
+                }
+            } else {
+                for evaluation in &evaluations {
+                    println!("{}", evaluation.response);
+                }
             }
             Ok(())
         }

@@ -1,11 +1,11 @@
-//! `jumppod eval`: one AdmissionRequest through the policy module, as `kwctl run` does it.
+//! `jumppod eval`: AdmissionRequests through the policy module, as `kwctl run` does it.
 
 use crate::config::ConfigError;
 use crate::error::HostError;
 use jumppod_review::{Policy, admission_response, decode_patch, request_of};
 use jumppod_wasm::WasmPolicy;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What `eval` found: the AdmissionResponse and, when there is one, its patch decoded.
 pub struct Evaluation {
@@ -13,20 +13,18 @@ pub struct Evaluation {
     pub patch: Option<json_patch::Patch>,
 }
 
-/// Reads the request file (JSON or YAML, a bare AdmissionRequest or an AdmissionReview),
-/// checks the settings as policy-server does at start, and evaluates the request in a fresh
-/// instance of the module.
-pub fn eval(file: &Path, settings: &Value, module: &Path) -> Result<Evaluation, HostError> {
-    let unreadable = |problem: String| ConfigError {
-        field: "FILE".into(),
-        value: file.display().to_string(),
-        problem,
-    };
-    let text =
-        std::fs::read_to_string(file).map_err(|e| unreadable(format!("cannot read it: {e}")))?;
-    let document: Value =
-        serde_yaml::from_str(&text).map_err(|e| unreadable(format!("is not JSON or YAML: {e}")))?;
-    let request = request_of(&document).map_err(|e| unreadable(e.to_string()))?;
+/// Checks the settings as policy-server does at start, then evaluates each request file (JSON
+/// or YAML, a bare AdmissionRequest or an AdmissionReview) in a fresh instance of the module,
+/// compiled once.
+pub fn eval(
+    files: &[PathBuf],
+    settings: &Value,
+    module: &Path,
+) -> Result<Vec<Evaluation>, HostError> {
+    let documents = files
+        .iter()
+        .map(|file| read(file))
+        .collect::<Result<Vec<_>, _>>()?;
     let policy = WasmPolicy::from_file(module)?;
     let verdict = policy.validate_settings(settings)?;
     if !verdict.valid {
@@ -40,8 +38,29 @@ pub fn eval(file: &Path, settings: &Value, module: &Path) -> Result<Evaluation, 
         }
         .into());
     }
-    let answer = policy.validate(request, settings)?;
-    let response = admission_response(request, &answer);
-    let patch = decode_patch(&response)?;
-    Ok(Evaluation { response, patch })
+    documents
+        .iter()
+        .zip(files)
+        .map(|(document, file)| {
+            let request = request_of(document).map_err(|e| unreadable(file, e.to_string()))?;
+            let answer = policy.validate(request, settings)?;
+            let response = admission_response(request, &answer);
+            let patch = decode_patch(&response)?;
+            Ok(Evaluation { response, patch })
+        })
+        .collect()
+}
+
+fn unreadable(file: &Path, problem: String) -> ConfigError {
+    ConfigError {
+        field: "FILE".into(),
+        value: file.display().to_string(),
+        problem,
+    }
+}
+
+fn read(file: &Path) -> Result<Value, ConfigError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| unreadable(file, format!("cannot read it: {e}")))?;
+    serde_yaml::from_str(&text).map_err(|e| unreadable(file, format!("is not JSON or YAML: {e}")))
 }

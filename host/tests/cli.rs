@@ -323,3 +323,27 @@ async fn eval_without_a_module_says_how_to_build_it() {
     );
     assert!(stderr.contains("make policy"), "{}", text(&out));
 }
+
+/// Several files: one compact AdmissionResponse per line, each what the file alone gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_of_several_files_answers_one_line_each_in_order() {
+    let module = policy_module();
+    let files = [
+        fixture("undersized_jump_pod_create.json"),
+        fixture("ordinary_pod_create.json"),
+    ];
+    let out = jumppod(&["eval", &files[0], &files[1], "--policy", &module]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    for (line, file) in lines.iter().zip(&files) {
+        let alone = jumppod(&["eval", file, "--policy", &module]).await;
+        assert_eq!(*line, json_of(&alone), "{file}");
+    }
+    assert_eq!(lines[0]["allowed"], false);
+    assert_eq!(lines[1]["allowed"], true);
+}

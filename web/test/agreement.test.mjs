@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { checkSettings, review } from '@jumppod/contract';
 import { generate } from './corpus.mjs';
-import { ROOT, kubewarden, oracleMissing, pool } from './oracle.mjs';
+import { ROOT, kubewarden, kubewardenPairs, oracleMissing, pool } from './oracle.mjs';
 
 const missing = oracleMissing();
 if (missing) throw new Error(missing);
@@ -51,7 +51,7 @@ function assertAgrees(js, kw, label) {
 const agreement = { fixtures: 0, settingsChecks: 0, corpus: 0, corpusVerdicts: {} };
 
 const pairs = fixtures.flatMap((fixture) => valid.map((settings) => ({ fixture, settings })));
-const answers = await pool(pairs.map(({ fixture, settings }) => () => kubewarden(fixture, settings)));
+const answers = await kubewardenPairs(pairs.map(({ fixture, settings }) => ({ file: fixture, settings })));
 
 for (const [i, { fixture, settings }] of pairs.entries()) {
   test(`${name(fixture)} with ${name(settings)}: the JS review is the module's answer`, () => {
@@ -85,7 +85,7 @@ const corpus = generate(CORPUS).map((request, i) => {
   const settings = [null, join(DATA, 'settings/raised_minimums.json'), join(DATA, 'settings/no_mutation.json')][i % 3];
   return { request, file, settings };
 });
-const corpusAnswers = await pool(corpus.map(({ file, settings }) => () => kubewarden(file, settings)));
+const corpusAnswers = await kubewardenPairs(corpus);
 
 test(`a generated corpus of ${CORPUS} requests: every JS review is the module's answer`, () => {
   for (const [i, { request, settings }] of corpus.entries()) {
