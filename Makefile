@@ -6,9 +6,11 @@ CARGO        ?= cargo
 WASM_TARGET  := wasm32-wasip1
 TARGET_DIR   := $(CURDIR)/target
 POLICY_WASM  := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_policy.wasm
+ACCEPT_ALL_WASM := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_accept_all.wasm
 export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
+export JUMPPOD_ACCEPT_ALL_WASM := $(ACCEPT_ALL_WASM)
 
-.PHONY: all setup policy test lint fmt unit demo bench e2e-kwctl clean
+.PHONY: all setup policy accept-all test lint fmt unit demo bench e2e-kwctl clean
 
 all: policy
 
@@ -23,6 +25,10 @@ policy: setup
 	$(CARGO) build -p jumppod-policy --target $(WASM_TARGET) --release
 	cp $(POLICY_WASM) policy.wasm
 	@echo "policy.wasm: $$(wc -c < policy.wasm) bytes"
+
+## accept-all: the bench's floor, a waPC guest that accepts without reading (tests/fixtures/accept-all)
+accept-all: setup
+	$(CARGO) build -p jumppod-accept-all --target $(WASM_TARGET) --release
 
 ## lint: formatting and clippy, warnings are errors
 lint: setup
@@ -43,7 +49,7 @@ demo: policy
 	$(CARGO) run -q -p jumppod-host -- demo
 
 ## bench: criterion benchmarks (policy through waPC, simulator, host)
-bench: policy
+bench: policy accept-all
 	$(CARGO) bench --workspace
 
 ## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats
