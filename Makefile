@@ -8,10 +8,12 @@ WASM_TARGET  := wasm32-wasip1
 TARGET_DIR   := $(CURDIR)/target
 POLICY_WASM  := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_policy.wasm
 POLICY_SRC   := $(shell find src policy/src -name '*.rs') Cargo.toml Cargo.lock policy/Cargo.toml
+ACCEPT_ALL_WASM := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_accept_all.wasm
 export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
+export JUMPPOD_ACCEPT_ALL_WASM := $(ACCEPT_ALL_WASM)
 CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
 
-.PHONY: all setup kubectl policy test lint fmt unit demo bench e2e-kwctl clean controlplane controlplane-check cluster-up
+.PHONY: all setup kubectl policy accept-all test lint fmt unit demo bench e2e-kwctl clean controlplane controlplane-check cluster-up
 
 all: policy
 
@@ -41,6 +43,10 @@ annotated-policy.wasm: policy.wasm policy/metadata.yml policy/README.md
 	@command -v kwctl >/dev/null 2>&1 || { echo "kwctl not found: it annotates the module (https://docs.kubewarden.io)" >&2; exit 1; }
 	kwctl annotate -m policy/metadata.yml -u policy/README.md -o $@ policy.wasm
 
+## accept-all: the bench's floor, a waPC guest that accepts without reading (tests/fixtures/accept-all)
+accept-all: setup
+	$(CARGO) build -p jumppod-accept-all --target $(WASM_TARGET) --release
+
 ## lint: formatting and clippy, warnings are errors
 lint: setup
 	$(CARGO) fmt --all -- --check
@@ -65,7 +71,7 @@ demo: setup
 	$(CARGO) run -p jumppod-e2e --bin demo
 
 ## bench: criterion benchmarks (policy through waPC, simulator, host)
-bench: policy
+bench: policy accept-all
 	$(CARGO) bench --workspace
 
 ## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats

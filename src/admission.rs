@@ -3,10 +3,11 @@
 //! Every pod in the policy's scope passes through here, so the object is first read for its
 //! metadata alone; only a jump pod (or a jump-pod ReplicaSet) is parsed in full.
 
-use crate::mutate;
+use crate::mutate::{self, Mutation};
 use crate::rules::{self, Violation};
 use crate::schema::{self, Schema};
 use crate::settings::{Contract, Settings};
+use crate::view::{self, PodView, Text};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use serde::Deserialize;
@@ -135,11 +136,9 @@ pub fn review(request: &Request<'_>, settings: Option<&RawValue>) -> Outcome {
         Ok(None) => return Outcome::accept(),
         Err(message) => return Outcome::bad_request(message),
     };
-    let contract = match Settings::from_json(settings.map_or(b"null", |s| s.get().as_bytes()))
-        .and_then(|s| s.contract())
-    {
+    let contract = match contract(settings) {
         Ok(contract) => contract,
-        Err(e) => return Outcome::bad_request(e.to_string()),
+        Err(outcome) => return outcome,
     };
     let update = request.operation == "UPDATE";
     match request.kind {
@@ -159,11 +158,81 @@ pub fn review(request: &Request<'_>, settings: Option<&RawValue>) -> Outcome {
     }
 }
 
+/// A request whose object was read, within the payload, as the borrowed view of a pod.
+#[derive(Clone, Copy, Debug)]
+pub struct ViewRequest<'v, 'a> {
+    pub group: &'v str,
+    pub kind: &'v str,
+    pub operation: &'v str,
+    pub name: Option<&'v str>,
+    pub object: Option<&'v PodView<'a>>,
+}
+
+/// Judges a request from the views alone, in one pass over the payload: what every ordinary
+/// pod takes, and the verdict on a created jump pod that needs no mutation. None where
+/// [`review`] must decide (updates, ReplicaSets, mutations, an object nesting too deep for the
+/// typed parse). `payload` is the whole JSON the views were read from. The answer is exactly
+/// what [`review`] answers for the same request.
+pub fn review_view(
+    request: &ViewRequest<'_, '_>,
+    settings: Option<&RawValue>,
+    payload: &[u8],
+) -> Option<Outcome> {
+    let Some(pod) = request.object else {
+        return Some(Outcome::accept());
+    };
+    if !matches!(request.operation, "CREATE" | "UPDATE") {
+        return Some(Outcome::accept());
+    }
+    match (request.group, request.kind) {
+        ("", "Pod") => {}
+        ("apps", "ReplicaSet") => return None,
+        _ => return Some(Outcome::accept()),
+    }
+    let meta = pod.metadata.as_ref();
+    let name = pod
+        .name()
+        .filter(|n| !n.is_empty())
+        .or(request.name.filter(|n| !n.is_empty()));
+    let app = pod
+        .labels()
+        .and_then(|l| l.get(schema::NAME_LABEL))
+        .map(Text::as_str);
+    let Some(schema) = schema::classify(app, name) else {
+        return Some(Outcome::accept());
+    };
+    if request.operation != "CREATE"
+        || !pod.is_a_pod()
+        || !view::nests_less_than(payload, view::NESTING_LIMIT)
+    {
+        return None;
+    }
+    let shown = shown_name(
+        name,
+        meta.and_then(|m| m.generate_name.as_ref())
+            .map(Text::as_str),
+    );
+    let contract = match contract(settings) {
+        Ok(contract) => contract,
+        Err(outcome) => return Some(outcome),
+    };
+    match create_pod(pod, schema, &format!("jump pod {shown:?}"), &contract) {
+        Created::Decided(outcome) => Some(outcome),
+        Created::Mutate(_) => None,
+    }
+}
+
+fn contract(settings: Option<&RawValue>) -> Result<Contract, Outcome> {
+    Settings::from_json(settings.map_or(b"null", |s| s.get().as_bytes()))
+        .and_then(|s| s.contract())
+        .map_err(|e| Outcome::bad_request(e.to_string()))
+}
+
 fn classify_pod(
     object: &RawValue,
     request_name: Option<&str>,
 ) -> Result<Option<(Schema, String)>, String> {
-    let head: PodHead = serde_json::from_str(object.get())
+    let head: PodHead = serde_json::from_slice(object.get().as_bytes())
         .map_err(|e| format!("cannot read the pod's metadata: {e}"))?;
     let meta = head.metadata.as_ref();
     let name = meta
@@ -173,17 +242,21 @@ fn classify_pod(
     let Some(schema) = schema::classify(meta.and_then(Meta::app), name) else {
         return Ok(None);
     };
-    // Messages name the pod; a generated one by its prefix.
-    let shown = match (name, meta.and_then(|m| m.generate_name.as_deref())) {
-        (Some(name), _) => name.to_owned(),
-        (None, Some(prefix)) => format!("{prefix}<generated>"),
-        (None, None) => String::new(),
-    };
+    let shown = shown_name(name, meta.and_then(|m| m.generate_name.as_deref()));
     Ok(Some((schema, shown)))
 }
 
+/// Messages name the pod; a generated one by its prefix.
+fn shown_name(name: Option<&str>, generate_name: Option<&str>) -> String {
+    match (name, generate_name) {
+        (Some(name), _) => name.to_owned(),
+        (None, Some(prefix)) => format!("{prefix}<generated>"),
+        (None, None) => String::new(),
+    }
+}
+
 fn classify_replica_set(object: &RawValue) -> Result<Option<(Schema, String)>, String> {
-    let head: ReplicaSetHead = serde_json::from_str(object.get())
+    let head: ReplicaSetHead = serde_json::from_slice(object.get().as_bytes())
         .map_err(|e| format!("cannot read the ReplicaSet's metadata: {e}"))?;
     let own_name = head.metadata.as_ref().and_then(|m| m.name.as_deref());
     let template = head
@@ -205,8 +278,8 @@ fn typed<T: DeserializeOwned>(value: &Value, what: &str) -> Result<T, String> {
 }
 
 fn parse<T: DeserializeOwned>(raw: &RawValue, what: &str) -> Result<(Value, T), String> {
-    let value: Value =
-        serde_json::from_str(raw.get()).map_err(|e| format!("cannot read {what}: {e}"))?;
+    let value: Value = serde_json::from_slice(raw.get().as_bytes())
+        .map_err(|e| format!("cannot read {what}: {e}"))?;
     let object = typed(&value, what)?;
     Ok((value, object))
 }
@@ -219,22 +292,93 @@ fn review_pod(
     contract: &Contract,
 ) -> Outcome {
     let what = format!("jump pod {name:?}");
-    let (mut value, pod) = match parse::<Pod>(object, &what) {
+    if old.is_none()
+        && let Some(view) = PodView::read(object.get())
+    {
+        return match create_pod(&view, schema, &what, contract) {
+            Created::Decided(outcome) => outcome,
+            Created::Mutate(mutation) => mutate_pod(object, &view, mutation, &what, contract)
+                .unwrap_or_else(|| review_pod_typed(object, None, schema, &what, contract)),
+        };
+    }
+    review_pod_typed(object, old, schema, &what, contract)
+}
+
+/// What a created jump pod's view decides, or the mutation it needs.
+enum Created {
+    Decided(Outcome),
+    Mutate(Mutation),
+}
+
+fn create_pod(view: &PodView<'_>, schema: Schema, what: &str, contract: &Contract) -> Created {
+    let mutation = mutate::plan_view(view, schema, contract);
+    if mutation.is_empty() {
+        let violations = view
+            .spec
+            .as_ref()
+            .map(|spec| rules::check_view(spec, contract))
+            .unwrap_or_default();
+        return Created::Decided(verdict(&violations, what, mutation.warnings));
+    }
+    if !contract.mutate {
+        return Created::Decided(Outcome::reject(format!(
+            "{what} is missing what the jump-pod contract requires (mutation is off): {}",
+            mutation.describe_missing()
+        )));
+    }
+    Created::Mutate(mutation)
+}
+
+/// Applies a mutation to the pod's JSON and judges the result (the view with the same values
+/// added); None where the JSON must be read by the typed parse.
+fn mutate_pod(
+    object: &RawValue,
+    view: &PodView<'_>,
+    mutation: Mutation,
+    what: &str,
+    contract: &Contract,
+) -> Option<Outcome> {
+    let mut value: Value = serde_json::from_slice(object.get().as_bytes()).ok()?;
+    mutation.apply(&mut value);
+    let mut spec = view.spec.clone().unwrap_or_default();
+    mutation.apply_to_view(&mut spec);
+    Some(
+        match verdict(&rules::check_view(&spec, contract), what, Vec::new()) {
+            Outcome::Accept { .. } => Outcome::Mutate {
+                object: value,
+                warnings: mutation.warnings,
+            },
+            rejection => rejection,
+        },
+    )
+}
+
+/// The typed parse of the whole pod: updates, and what the view leaves to it (it names
+/// a field of the wrong type).
+fn review_pod_typed(
+    object: &RawValue,
+    old: Option<&RawValue>,
+    schema: Schema,
+    what: &str,
+    contract: &Contract,
+) -> Outcome {
+    let (mut value, pod) = match parse::<Pod>(object, what) {
         Ok(parsed) => parsed,
         Err(message) => return Outcome::bad_request(message),
     };
-    let spec = pod.spec.clone().unwrap_or_default();
+    let no_spec = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     if let Some(old) = old {
         return match parse::<Pod>(old, &format!("the old {what}")) {
             Ok((_, old_pod)) => {
-                judge_update(&spec, &old_pod.spec.unwrap_or_default(), &what, contract)
+                judge_update(spec, &old_pod.spec.unwrap_or_default(), what, contract)
             }
             Err(message) => Outcome::bad_request(message),
         };
     }
     let mutation = mutate::plan(&pod, schema, contract);
     if mutation.is_empty() {
-        return verdict(&rules::check(&spec, contract), &what, mutation.warnings);
+        return verdict(&rules::check(spec, contract), what, mutation.warnings);
     }
     if !contract.mutate {
         return Outcome::reject(format!(
@@ -243,13 +387,13 @@ fn review_pod(
         ));
     }
     mutation.apply(&mut value);
-    let mutated: Pod = match typed(&value, &what) {
+    let mutated: Pod = match typed(&value, what) {
         Ok(pod) => pod,
         Err(message) => return Outcome::bad_request(message),
     };
     match verdict(
         &rules::check(&mutated.spec.unwrap_or_default(), contract),
-        &what,
+        what,
         Vec::new(),
     ) {
         Outcome::Accept { .. } => Outcome::Mutate {

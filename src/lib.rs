@@ -1,6 +1,7 @@
 //! The jump-pod contract of dstack's SSH jump pod, shared by the Kubewarden policy (Wasm) and
 //! the native host: the label schema, Kubernetes quantities, the rules, the mutation and the
-//! settings. Pure functions over typed k8s-openapi objects; no I/O.
+//! settings. Pure functions over typed k8s-openapi objects and borrowed views of the
+//! request's JSON; no I/O.
 
 pub mod admission;
 pub mod mutate;
@@ -8,6 +9,7 @@ pub mod quantity;
 pub mod rules;
 pub mod schema;
 pub mod settings;
+pub mod view;
 
 pub use admission::{Outcome, Request, review};
 pub use quantity::Quantity;

@@ -1,14 +1,16 @@
 //! What a jump pod is missing at creation, and how to fill it in.
 //!
-//! The plan is computed from the typed pod and applied to the pod's raw JSON: rewriting the
-//! object through typed structs would drop fields this crate's Kubernetes version does not
-//! know, and the JSONPatch the policy-server derives would then remove them.
+//! The plan is computed from the borrowed view of the pod and applied to the pod's JSON value:
+//! rewriting the object through typed structs would drop fields this crate's Kubernetes
+//! version does not know, and the JSONPatch the policy-server derives would then remove them.
 
 use crate::rules::{Resource, Side};
 use crate::schema::{self, Schema};
 use crate::settings::Contract;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use crate::view::{Amounts, ContainerView, List, Pairs, PodView, QuantityText, SpecView, Text};
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 /// A value to write where nothing was set.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,7 +85,9 @@ impl Mutation {
                         "containers"
                     };
                     let Some(container) = pod
-                        .pointer_mut(&format!("/spec/{list}/{index}"))
+                        .get_mut("spec")
+                        .and_then(|spec| spec.get_mut(list))
+                        .and_then(|list| list.get_mut(*index))
                         .and_then(Value::as_object_mut)
                     else {
                         continue;
@@ -103,6 +107,45 @@ impl Mutation {
     }
 }
 
+impl Mutation {
+    /// Adds the resource fills to the view of the spec they were planned from, as [`apply`]
+    /// adds them to its JSON: the mutated pod is judged without reading it again.
+    ///
+    /// [`apply`]: Mutation::apply
+    pub fn apply_to_view(&self, spec: &mut SpecView<'_>) {
+        for fill in &self.fills {
+            let Fill::Resource {
+                init,
+                index,
+                resource,
+                side,
+                value,
+                ..
+            } = fill
+            else {
+                continue;
+            };
+            let list = if *init {
+                &mut spec.init_containers
+            } else {
+                &mut spec.containers
+            };
+            let Some(container) = list.as_mut().and_then(|l| l.get_mut(*index)) else {
+                continue;
+            };
+            let resources = container.resources.get_or_insert_with(Default::default);
+            let map = match side {
+                Side::Request => &mut resources.requests,
+                Side::Limit => &mut resources.limits,
+            };
+            map.get_or_insert_with(|| Pairs(Vec::new())).0.push((
+                Text(Cow::Borrowed(resource.key())),
+                QuantityText(Cow::Owned(value.clone())),
+            ));
+        }
+    }
+}
+
 /// The object at `key`, replacing an absent or null one with `{}`.
 fn object_at<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
     let slot = parent
@@ -117,46 +160,41 @@ fn object_at<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<S
 /// What a jump pod of the given schema needs at creation. Values already set are never
 /// rewritten: if they break a rule, the rules reject them.
 pub fn plan(pod: &Pod, schema: Schema, contract: &Contract) -> Mutation {
+    plan_view(&PodView::of_pod(pod), schema, contract)
+}
+
+/// [`plan`] over the borrowed view of a pod.
+pub fn plan_view(pod: &PodView<'_>, schema: Schema, contract: &Contract) -> Mutation {
     let mut mutation = Mutation::default();
     if let Some(spec) = &pod.spec {
-        for (index, container) in spec.containers.iter().enumerate() {
-            fill_resources(container, false, index, contract, &mut mutation.fills);
-        }
-        for (index, container) in spec.init_containers.iter().flatten().enumerate() {
-            fill_resources(container, true, index, contract, &mut mutation.fills);
+        for (list, index, container) in spec.all() {
+            let init = list == List::InitContainers;
+            fill_resources(container, init, index, contract, &mut mutation.fills);
         }
     }
-    let bare = !pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true));
-    if schema == Schema::Legacy && bare {
+    if schema == Schema::Legacy && !pod.is_controlled() {
         fill_labels(pod, &mut mutation);
     }
     mutation
 }
 
 fn fill_resources(
-    container: &Container,
+    container: &ContainerView<'_>,
     init: bool,
     index: usize,
     contract: &Contract,
     fills: &mut Vec<Fill>,
 ) {
-    let resources = container.resources.as_ref();
-    let requests = resources.and_then(|r| r.requests.as_ref());
-    let limits = resources.and_then(|r| r.limits.as_ref());
-    let get = |map: Option<&std::collections::BTreeMap<_, _>>, resource: Resource| {
+    let (requests, limits) = (container.requests(), container.limits());
+    let get = |map: Option<&Amounts<'_>>, resource: Resource| {
         map.and_then(|m| m.get(resource.key()))
-            .map(|q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| q.0.clone())
+            .map(|q| q.0.to_string())
     };
     let mut fill = |resource, side, value: String| {
         fills.push(Fill::Resource {
             init,
             index,
-            container: container.name.clone(),
+            container: container.name().to_owned(),
             resource,
             side,
             value,
@@ -188,9 +226,9 @@ fn fill_resources(
 
 /// Brings a bare pre-#3891 pod into the labelled schema so a ReplicaSet can adopt it. Its
 /// `app.kubernetes.io/name` stays: a pre-#3891 Service still selects on it.
-fn fill_labels(pod: &Pod, mutation: &mut Mutation) {
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let labels = pod.metadata.labels.as_ref();
+fn fill_labels(pod: &PodView<'_>, mutation: &mut Mutation) {
+    let name = pod.name().unwrap_or_default();
+    let labels = pod.labels();
     let wanted = [
         (schema::INSTANCE_LABEL, Some(name)),
         (schema::MANAGED_BY_LABEL, Some(schema::MANAGED_BY)),
@@ -260,6 +298,39 @@ mod tests {
         assert!(mutation.warnings.is_empty());
         let spec = typed(&pod).spec.unwrap();
         assert_eq!(rules::check(&spec, &Contract::default()), vec![]);
+    }
+
+    #[test]
+    fn the_view_with_the_fills_is_the_view_of_the_mutated_json() {
+        let mut pod = legacy_pod("dstack-main-ssh-jump-pod");
+        pod["spec"]["containers"][0]["resources"] =
+            json!({"requests": {"cpu": "250m"}, "limits": null});
+        pod["spec"]["initContainers"] = json!([{"name": "init"}]);
+        let text = pod.to_string();
+        let view = PodView::read(&text).unwrap();
+        let mutation = plan_view(&view, Schema::Legacy, &Contract::default());
+        let mut spec = view.spec.clone().unwrap();
+        mutation.apply_to_view(&mut spec);
+        mutation.apply(&mut pod);
+        let mutated = pod.to_string();
+        let expected = PodView::read(&mutated).unwrap().spec.unwrap();
+        let sorted = |spec: &SpecView| -> Vec<(String, Vec<(String, String)>)> {
+            spec.all()
+                .map(|(_, _, c)| {
+                    let mut pairs: Vec<_> = [("requests", c.requests()), ("limits", c.limits())]
+                        .into_iter()
+                        .flat_map(|(side, map)| {
+                            map.into_iter().flat_map(|m| m.0.iter()).map(move |(k, v)| {
+                                (format!("{side}.{}", k.as_str()), v.0.to_string())
+                            })
+                        })
+                        .collect();
+                    pairs.sort();
+                    (c.name().to_owned(), pairs)
+                })
+                .collect()
+        };
+        assert_eq!(sorted(&spec), sorted(&expected));
     }
 
     #[test]

@@ -233,28 +233,69 @@ fn evaluate(parts: &Parts<'_>, base: Base) -> Quantity {
     // apimachinery counts a missing integer part as the single digit "0".
     let integer_len = parts.integer.len().max(1);
     let fraction_len = parts.fraction.len() as i64;
-    let digits: Vec<u8> = parts
-        .integer
-        .iter()
-        .chain(parts.fraction)
-        .map(|d| d - b'0')
-        .skip_while(|&d| d == 0)
-        .collect();
+    let significant = || {
+        parts
+            .integer
+            .iter()
+            .chain(parts.fraction)
+            .map(|d| d - b'0')
+            .skip_while(|&d| d == 0)
+    };
+    // Up to 38 significant digits fit a u128: every quantity a pod carries, without the
+    // digit buffer below.
+    let short = significant().count() <= 38;
     match base {
         Base::Ten(exponent) => {
             let scale = exponent - fraction_len;
             if integer_len + parts.fraction.len() <= MAX_INT64_FACTORS && scale >= -9 {
                 // Fast path: exact as written, not capped.
-                normalise(parts.negative, to_u128(&digits), scale)
+                normalise(parts.negative, fold(significant()), scale)
+            } else if short {
+                normalise(parts.negative, scaled_nanos(fold(significant()), scale), -9)
             } else {
+                let digits: Vec<u8> = significant().collect();
                 normalise(parts.negative, slow_nanos(&digits, scale), -9)
             }
         }
         Base::Two(power) => {
             // Binary values that fit int64 are exact on both paths, and larger ones are
             // capped by the slow path, so the slow path alone gives the same result.
+            if significant().count() <= 19 {
+                // Below 10^19 < 2^64, so shifted by at most 60 bits it still fits a u128.
+                let value = fold(significant()) << power;
+                return normalise(parts.negative, scaled_nanos(value, -fraction_len), -9);
+            }
+            let digits: Vec<u8> = significant().collect();
             let digits = times_power_of_two(&digits, power);
             normalise(parts.negative, slow_nanos(&digits, -fraction_len), -9)
+        }
+    }
+}
+
+fn fold(digits: impl Iterator<Item = u8>) -> u128 {
+    digits.fold(0u128, |acc, d| acc * 10 + u128::from(d))
+}
+
+/// `ceil(value × 10^scale)` in nano units, capped: [`slow_nanos`] of a number that fits a u128.
+fn scaled_nanos(value: u128, scale: i64) -> u128 {
+    if value == 0 {
+        return 0;
+    }
+    let shift = scale.saturating_add(9);
+    if shift >= 0 {
+        u32::try_from(shift)
+            .ok()
+            .and_then(|s| 10u128.checked_pow(s))
+            .and_then(|factor| value.checked_mul(factor))
+            .map_or(CAP_NANOS, |nanos| nanos.min(CAP_NANOS))
+    } else {
+        match u32::try_from(shift.unsigned_abs())
+            .ok()
+            .and_then(|s| 10u128.checked_pow(s))
+        {
+            Some(divisor) => value.div_ceil(divisor).min(CAP_NANOS),
+            // The divisor is beyond any u128: the value is a positive fraction of a nano unit.
+            None => 1,
         }
     }
 }
@@ -740,6 +781,21 @@ mod tests {
                 return Ok(());
             };
             prop_assert_eq!(q(&x).cmp(&q(&y)), signed_cmp(&ex, &ey), "{} vs {}", x, y);
+        }
+
+        #[test]
+        fn the_short_path_agrees_with_the_digit_buffer(
+            digits in "[1-9][0-9]{0,37}",
+            scale in -60i64..40,
+            power in 0u32..=60,
+        ) {
+            let buffer: Vec<u8> = digits.bytes().map(|d| d - b'0').collect();
+            let value = fold(buffer.iter().copied());
+            prop_assert_eq!(scaled_nanos(value, scale), slow_nanos(&buffer, scale));
+            if buffer.len() <= 19 {
+                let shifted = times_power_of_two(&buffer, power);
+                prop_assert_eq!(scaled_nanos(value << power, scale), slow_nanos(&shifted, scale));
+            }
         }
 
         #[test]

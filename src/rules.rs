@@ -10,9 +10,8 @@
 
 use crate::quantity::{Quantity, QuantityError};
 use crate::settings::{Amount, Contract};
-use k8s_openapi::api::core::v1::{Container, PodSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as QuantityText;
-use std::collections::BTreeMap;
+use crate::view::{Amounts, ContainerView, List, SpecView};
+use k8s_openapi::api::core::v1::PodSpec;
 use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,45 +163,45 @@ impl fmt::Display for Violation {
 
 /// Joins violations into the one rejection message.
 pub fn describe(violations: &[Violation]) -> String {
-    violations
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    use fmt::Write as _;
+    let mut message = String::new();
+    for (i, violation) in violations.iter().enumerate() {
+        let separator = if i == 0 { "" } else { "; " };
+        // Writing into a String cannot fail.
+        let _ = write!(message, "{separator}{violation}");
+    }
+    message
 }
 
 /// Every violation of the contract in a pod spec, regular containers first.
 pub fn check(spec: &PodSpec, contract: &Contract) -> Vec<Violation> {
+    check_view(&SpecView::of_spec(spec), contract)
+}
+
+/// [`check`] over the borrowed view of a spec.
+pub fn check_view(spec: &SpecView<'_>, contract: &Contract) -> Vec<Violation> {
     let mut violations = Vec::new();
-    for container in &spec.containers {
-        check_container(container, false, contract, &mut violations);
-    }
-    for container in spec.init_containers.iter().flatten() {
-        check_container(container, true, contract, &mut violations);
+    for (list, _, container) in spec.all() {
+        check_container(
+            container,
+            list == List::InitContainers,
+            contract,
+            &mut violations,
+        );
     }
     violations
 }
 
-type Map = BTreeMap<String, QuantityText>;
-
-fn sides(container: &Container) -> (Option<&Map>, Option<&Map>) {
-    let resources = container.resources.as_ref();
-    (
-        resources.and_then(|r| r.requests.as_ref()),
-        resources.and_then(|r| r.limits.as_ref()),
-    )
-}
-
 fn check_container(
-    container: &Container,
+    container: &ContainerView<'_>,
     init: bool,
     contract: &Contract,
     out: &mut Vec<Violation>,
 ) {
-    let (requests, limits) = sides(container);
+    let (requests, limits) = (container.requests(), container.limits());
     let mut push = |problem| {
         out.push(Violation {
-            container: container.name.clone(),
+            container: container.name().to_owned(),
             init,
             problem,
         })
@@ -279,7 +278,7 @@ enum Read<'a> {
 }
 
 fn read<'a>(
-    map: Option<&'a Map>,
+    map: Option<&'a Amounts<'_>>,
     resource: Resource,
     side: Side,
     push: &mut impl FnMut(Problem),
@@ -293,7 +292,7 @@ fn read<'a>(
             push(Problem::Unparsable {
                 resource,
                 side,
-                value: text.0.clone(),
+                value: text.0.to_string(),
                 error,
             });
             Read::Bad
@@ -344,7 +343,11 @@ pub fn resources_by_container(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as QuantityText;
+    use std::collections::BTreeMap;
+
+    type Map = BTreeMap<String, QuantityText>;
     use rstest::rstest;
 
     fn map(pairs: &[(&str, &str)]) -> Option<Map> {

@@ -8,12 +8,14 @@
 
 pub mod settings;
 
-use jumppod::admission::{self, Outcome, Request};
+use jumppod::admission::{self, Outcome, Request, ViewRequest};
+use jumppod::view::{Object, PodView};
 use kubewarden_policy_sdk::response::ValidationResponse;
 use kubewarden_policy_sdk::settings::SettingsValidationResponse;
 use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
 use kubewarden_policy_sdk::{logging, protocol_version_guest};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
@@ -75,13 +77,71 @@ pub fn check_settings(payload: &[u8]) -> SettingsValidationResponse {
     settings::check(payload)
 }
 
+/// The same payload read in one pass with the object as the borrowed view of a pod: enough
+/// for every ordinary pod and most jump pods. Both levels are read from JSON objects only,
+/// and anything this pass cannot read goes to the full path, which names the problem.
+#[derive(Deserialize)]
+struct QuickPayload<'a> {
+    #[serde(borrow)]
+    request: Option<Object<QuickRequest<'a>>>,
+    #[serde(borrow)]
+    settings: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct QuickRequest<'a> {
+    #[serde(borrow)]
+    kind: Option<GroupVersionKind<'a>>,
+    #[serde(borrow)]
+    operation: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    object: Option<Object<PodView<'a>>>,
+    #[serde(rename = "oldObject")]
+    _old_object: Option<IgnoredAny>,
+}
+
+/// The verdict from the one-pass read, or None where the full path decides.
+fn decide_quickly(bytes: &[u8]) -> Option<(Outcome, Option<Cow<'_, str>>)> {
+    let Object(payload) = serde_json::from_slice::<Object<QuickPayload>>(bytes).ok()?;
+    let Object(request) = payload.request?;
+    let kind = request.kind.as_ref();
+    let outcome = admission::review_view(
+        &ViewRequest {
+            group: kind.map_or("", |k| &k.group),
+            kind: kind.map_or("", |k| &k.kind),
+            operation: request.operation.as_deref().unwrap_or_default(),
+            name: request.name.as_deref(),
+            object: request.object.as_deref(),
+        },
+        payload.settings,
+        bytes,
+    )?;
+    Some((outcome, request.name))
+}
+
 fn decide(payload: &[u8]) -> Outcome {
+    let (outcome, name) = decide_quickly(payload).unwrap_or_else(|| decide_fully(payload));
+    // Natively there is no policy-server to log to (the SDK would print to stdout).
+    if cfg!(target_arch = "wasm32") && !matches!(outcome, Outcome::Accept { .. }) {
+        log(&outcome, name.as_deref().unwrap_or_default());
+    }
+    outcome
+}
+
+fn decide_fully(payload: &[u8]) -> (Outcome, Option<Cow<'_, str>>) {
     let payload: Payload = match serde_json::from_slice(payload) {
         Ok(payload) => payload,
-        Err(e) => return bad_request(format!("cannot read the validation request: {e}")),
+        Err(e) => {
+            let message = format!("cannot read the validation request: {e}");
+            return (bad_request(message), None);
+        }
     };
     let Some(request) = payload.request else {
-        return bad_request("the validation request has no `request`".to_owned());
+        let message = "the validation request has no `request`".to_owned();
+        return (bad_request(message), None);
     };
     let kind = request.kind.as_ref();
     let outcome = admission::review(
@@ -95,11 +155,7 @@ fn decide(payload: &[u8]) -> Outcome {
         },
         payload.settings,
     );
-    // Natively there is no policy-server to log to (the SDK would print to stdout).
-    if cfg!(target_arch = "wasm32") && !matches!(outcome, Outcome::Accept { .. }) {
-        log(&outcome, request.name.as_deref().unwrap_or_default());
-    }
-    outcome
+    (outcome, request.name)
 }
 
 fn bad_request(message: String) -> Outcome {
