@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod mutate;
+pub mod payload;
 pub mod quantity;
 pub mod rules;
 pub mod schema;

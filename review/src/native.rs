@@ -1,8 +1,9 @@
 use crate::{Error, Policy, SettingsResponse, ValidationResponse};
+use jumppod::settings::Settings;
 use serde_json::{Value, json};
 
-/// The policy's own code, compiled natively: the very functions the Wasm guest exports
-/// (`jumppod_policy::evaluate` and `check_settings`), called with the payload policy-server
+/// The policy's own code, compiled natively: the functions the Wasm guest calls
+/// (`jumppod::payload::decide` and the settings' contract), given the payload policy-server
 /// would send. No Wasm runtime, so judging costs microseconds and no compilation.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Native;
@@ -10,18 +11,15 @@ pub struct Native;
 impl Policy for Native {
     fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
         let payload = json!({"request": request, "settings": settings}).to_string();
-        let answer = jumppod_policy::evaluate(payload.as_bytes());
-        serde_json::from_slice(&answer).map_err(|source| Error::Answer {
-            operation: "validate",
-            source,
-        })
+        Ok(jumppod::payload::decide(payload.as_bytes()).0.into())
     }
 
     fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error> {
-        let answer = jumppod_policy::check_settings(settings.to_string().as_bytes());
+        let verdict =
+            Settings::from_json(settings.to_string().as_bytes()).and_then(|s| s.contract());
         Ok(SettingsResponse {
-            valid: answer.valid,
-            message: answer.message,
+            valid: verdict.is_ok(),
+            message: verdict.err().map(|e| e.to_string()),
         })
     }
 }

@@ -1,23 +1,8 @@
 use crate::Error;
 use base64::Engine as _;
+pub use jumppod::payload::ValidationResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-
-/// The guest's answer to `validate`, as the Kubewarden SDK writes it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ValidationResponse {
-    pub accepted: bool,
-    #[serde(default)]
-    pub message: Option<String>,
-    #[serde(default)]
-    pub code: Option<u16>,
-    #[serde(default)]
-    pub mutated_object: Option<Value>,
-    #[serde(default)]
-    pub warnings: Option<Vec<String>>,
-    #[serde(default)]
-    pub audit_annotations: Option<Value>,
-}
 
 /// The guest's answer to `validate_settings`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

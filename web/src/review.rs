@@ -1,60 +1,14 @@
-//! The Kubewarden module's answer, computed with the core the module runs.
-//!
-//! `decide` and `validation` follow the guest (policy/src/lib.rs) step by step: the same
-//! payload, read the same way, the same core call, the same ValidationResponse. `response`
-//! follows what the policy-server (and `kwctl run`) make of it: the mutated object as a
-//! base64 JSONPatch against the request's object, no patch for an empty diff.
+//! The Kubewarden module's answer, computed with the functions the module runs: the payload
+//! read and decided by `jumppod::payload` (through `jumppod_review::Native`), and what
+//! policy-server (and `kwctl run`) make of the answer (`jumppod_review::admission_response`:
+//! the mutated object as a base64 JSONPatch, no patch for an empty diff).
 
-use base64::Engine as _;
-use jumppod::admission::{self, Outcome, Request};
-use jumppod::settings::Settings;
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
-use serde_json::{Value, json};
-use std::borrow::Cow;
-
-/// The guest's payload, `{"request": AdmissionRequest, "settings": {...}}`.
-#[derive(Deserialize)]
-struct Payload<'a> {
-    #[serde(borrow)]
-    request: Option<AdmissionRequest<'a>>,
-    #[serde(borrow)]
-    settings: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AdmissionRequest<'a> {
-    #[serde(borrow)]
-    kind: Option<GroupVersionKind<'a>>,
-    #[serde(borrow)]
-    operation: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    object: Option<&'a RawValue>,
-    #[serde(borrow)]
-    old_object: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct GroupVersionKind<'a> {
-    #[serde(borrow, default)]
-    group: Cow<'a, str>,
-    #[serde(borrow, default)]
-    kind: Cow<'a, str>,
-}
+use jumppod_review::{Native, Policy as _, ValidationResponse, admission_response};
+use serde::Serialize;
+use serde_json::Value;
 
 /// The guest's `validate` answer, field for field as the Kubewarden SDK writes it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Validation {
-    pub accepted: bool,
-    pub message: Option<String>,
-    pub code: Option<u16>,
-    pub mutated_object: Option<Value>,
-    pub audit_annotations: Option<Value>,
-    pub warnings: Option<Vec<String>>,
-}
+pub type Validation = ValidationResponse;
 
 /// The guest's `validate_settings` answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -114,11 +68,10 @@ pub struct Review {
 
 /// The guest's `validate_settings` on a settings document.
 pub fn check_settings(settings: &Value) -> SettingsCheck {
-    let bytes = serde_json::to_vec(settings).unwrap_or_default();
-    match Settings::from_json(&bytes).and_then(|s| s.contract()) {
-        Ok(_) => SettingsCheck {
-            valid: true,
-            message: None,
+    match Native.validate_settings(settings) {
+        Ok(answer) => SettingsCheck {
+            valid: answer.valid,
+            message: answer.message,
         },
         Err(e) => SettingsCheck {
             valid: false,
@@ -130,11 +83,13 @@ pub fn check_settings(settings: &Value) -> SettingsCheck {
 /// Reviews one AdmissionRequest with the given settings, as the module and the
 /// policy-server would.
 pub fn review(request: &Value, settings: &Value) -> Review {
-    let payload =
-        serde_json::to_vec(&json!({"request": request, "settings": settings})).unwrap_or_default();
-    let validation = validation(decide(&payload));
-    let response = response(request, &validation);
-    let patch = response_patch(request, &validation);
+    // Native never fails: the core answers every payload.
+    let validation = Native.validate(request, settings).unwrap_or_default();
+    let response = admission_response(request, &validation);
+    let patch = match (&validation.mutated_object, request.get("object")) {
+        (Some(mutated), Some(object)) => json_patch::diff(object, mutated),
+        _ => json_patch::Patch(Vec::new()),
+    };
     let object = request.get("object").filter(|o| !o.is_null()).cloned();
     let verdict = match (validation.accepted, patch.0.is_empty()) {
         (false, _) => Verdict::Rejected,
@@ -168,83 +123,6 @@ pub fn review(request: &Value, settings: &Value) -> Review {
         response,
         validation,
     }
-}
-
-fn decide(payload: &[u8]) -> Outcome {
-    let payload: Payload = match serde_json::from_slice(payload) {
-        Ok(payload) => payload,
-        Err(e) => return bad_request(format!("cannot read the validation request: {e}")),
-    };
-    let Some(request) = payload.request else {
-        return bad_request("the validation request has no `request`".to_owned());
-    };
-    let kind = request.kind.as_ref();
-    admission::review(
-        &Request {
-            group: kind.map_or("", |k| &k.group),
-            kind: kind.map_or("", |k| &k.kind),
-            operation: request.operation.as_deref().unwrap_or_default(),
-            name: request.name.as_deref(),
-            object: request.object,
-            old_object: request.old_object,
-        },
-        payload.settings,
-    )
-}
-
-fn bad_request(message: String) -> Outcome {
-    Outcome::Reject {
-        message,
-        code: Some(400),
-    }
-}
-
-fn validation(outcome: Outcome) -> Validation {
-    let (accepted, message, code, mutated_object, warnings) = match outcome {
-        Outcome::Accept { warnings } => (true, None, None, None, warnings),
-        Outcome::Mutate { object, warnings } => (true, None, None, Some(object), warnings),
-        Outcome::Reject { message, code } => (false, Some(message), code, None, Vec::new()),
-    };
-    Validation {
-        accepted,
-        message,
-        code,
-        mutated_object,
-        audit_annotations: None,
-        warnings: (!warnings.is_empty()).then_some(warnings),
-    }
-}
-
-fn response_patch(request: &Value, validation: &Validation) -> json_patch::Patch {
-    match (&validation.mutated_object, request.get("object")) {
-        (Some(mutated), Some(object)) => json_patch::diff(object, mutated),
-        _ => json_patch::Patch(Vec::new()),
-    }
-}
-
-/// The AdmissionResponse: `uid, allowed, patchType, patch, status{message,code}, warnings`.
-fn response(request: &Value, validation: &Validation) -> Value {
-    let mut answer = json!({
-        "uid": request.get("uid").cloned().unwrap_or(Value::String(String::new())),
-        "allowed": validation.accepted,
-    });
-    let patch = response_patch(request, validation);
-    if !patch.0.is_empty() {
-        let text = serde_json::to_vec(&patch).unwrap_or_default();
-        answer["patchType"] = json!("JSONPatch");
-        answer["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(text));
-    }
-    if !validation.accepted {
-        let mut status = json!({"message": validation.message.clone().unwrap_or_default()});
-        if let Some(code) = validation.code {
-            status["code"] = json!(code);
-        }
-        answer["status"] = status;
-    }
-    if let Some(warnings) = validation.warnings.as_ref().filter(|w| !w.is_empty()) {
-        answer["warnings"] = json!(warnings);
-    }
-    answer
 }
 
 const ITEM_STARTS: [&str; 3] = ["container \"", "init container \"", "label "];
@@ -340,6 +218,7 @@ fn resource_of(text: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use rstest::rstest;
 
     #[test]

@@ -1,0 +1,168 @@
+//! The `validate` payload policy-server sends, `{"request": AdmissionRequest, "settings":
+//! {...}}`, read and decided the way the policy does it, and the answer it gives, field for
+//! field as the Kubewarden SDK writes it. The Wasm guest, the host's native gate and the
+//! JavaScript build all call these functions, so they cannot disagree.
+//!
+//! The payload is read in one borrowed pass over what the rules need (every ordinary pod and
+//! most jump pods); anything that pass cannot read goes to the full typed read, which names
+//! the problem.
+
+use crate::admission::{self, Outcome, Request, ViewRequest};
+use crate::view::{Object, PodView};
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+/// The answer to `validate`, as the Kubewarden SDK writes it (the same fields in the same
+/// order, so the same bytes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ValidationResponse {
+    pub accepted: bool,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub code: Option<u16>,
+    #[serde(default)]
+    pub mutated_object: Option<Value>,
+    #[serde(default)]
+    pub audit_annotations: Option<Value>,
+    #[serde(default)]
+    pub warnings: Option<Vec<String>>,
+}
+
+impl From<Outcome> for ValidationResponse {
+    fn from(outcome: Outcome) -> ValidationResponse {
+        let (accepted, message, code, mutated_object, warnings) = match outcome {
+            Outcome::Accept { warnings } => (true, None, None, None, warnings),
+            Outcome::Mutate { object, warnings } => (true, None, None, Some(object), warnings),
+            Outcome::Reject { message, code } => (false, Some(message), code, None, Vec::new()),
+        };
+        ValidationResponse {
+            accepted,
+            message,
+            code,
+            mutated_object,
+            audit_annotations: None,
+            warnings: (!warnings.is_empty()).then_some(warnings),
+        }
+    }
+}
+
+/// The verdict on a payload, and the name of the object it judged (for the policy's log).
+pub fn decide(payload: &[u8]) -> (Outcome, Option<Cow<'_, str>>) {
+    decide_quickly(payload).unwrap_or_else(|| decide_fully(payload))
+}
+
+/// The payload policy-server sends: `{"request": AdmissionRequest, "settings": {...}}`.
+/// The object stays raw: most pods are not jump pods and are never parsed beyond metadata.
+#[derive(Deserialize)]
+struct Payload<'a> {
+    #[serde(borrow)]
+    request: Option<AdmissionRequest<'a>>,
+    #[serde(borrow)]
+    settings: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AdmissionRequest<'a> {
+    #[serde(borrow)]
+    kind: Option<GroupVersionKind<'a>>,
+    #[serde(borrow)]
+    operation: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow)]
+    old_object: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct GroupVersionKind<'a> {
+    #[serde(borrow, default)]
+    group: Cow<'a, str>,
+    #[serde(borrow, default)]
+    kind: Cow<'a, str>,
+}
+
+/// The same payload read in one pass with the object as the borrowed view of a pod: enough
+/// for every ordinary pod and most jump pods. Both levels are read from JSON objects only,
+/// and anything this pass cannot read goes to the full path, which names the problem.
+#[derive(Deserialize)]
+struct QuickPayload<'a> {
+    #[serde(borrow)]
+    request: Option<Object<QuickRequest<'a>>>,
+    #[serde(borrow)]
+    settings: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct QuickRequest<'a> {
+    #[serde(borrow)]
+    kind: Option<GroupVersionKind<'a>>,
+    #[serde(borrow)]
+    operation: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    object: Option<Object<PodView<'a>>>,
+    #[serde(rename = "oldObject")]
+    _old_object: Option<IgnoredAny>,
+}
+
+/// The verdict from the one-pass read, or None where the full path decides.
+fn decide_quickly(bytes: &[u8]) -> Option<(Outcome, Option<Cow<'_, str>>)> {
+    let Object(payload) = serde_json::from_slice::<Object<QuickPayload>>(bytes).ok()?;
+    let Object(request) = payload.request?;
+    let kind = request.kind.as_ref();
+    let outcome = admission::review_view(
+        &ViewRequest {
+            group: kind.map_or("", |k| &k.group),
+            kind: kind.map_or("", |k| &k.kind),
+            operation: request.operation.as_deref().unwrap_or_default(),
+            name: request.name.as_deref(),
+            object: request.object.as_deref(),
+        },
+        payload.settings,
+        bytes,
+    )?;
+    Some((outcome, request.name))
+}
+
+fn decide_fully(payload: &[u8]) -> (Outcome, Option<Cow<'_, str>>) {
+    let payload: Payload = match serde_json::from_slice(payload) {
+        Ok(payload) => payload,
+        Err(e) => {
+            let message = format!("cannot read the validation request: {e}");
+            return (bad_request(message), None);
+        }
+    };
+    let Some(request) = payload.request else {
+        let message = "the validation request has no `request`".to_owned();
+        return (bad_request(message), None);
+    };
+    let kind = request.kind.as_ref();
+    let outcome = admission::review(
+        &Request {
+            group: kind.map_or("", |k| &k.group),
+            kind: kind.map_or("", |k| &k.kind),
+            operation: request.operation.as_deref().unwrap_or_default(),
+            name: request.name.as_deref(),
+            object: request.object,
+            old_object: request.old_object,
+        },
+        payload.settings,
+    );
+    (outcome, request.name)
+}
+
+fn bad_request(message: String) -> Outcome {
+    Outcome::Reject {
+        message,
+        code: Some(400),
+    }
+}
