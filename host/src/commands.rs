@@ -1,7 +1,9 @@
 //! Runs a parsed command line: connects, calls the command, prints its report.
 
 use crate::api::{self, ClientOptions, Kube};
-use crate::cli::{Cli, Command, Global, Output, Target, json_arg};
+#[cfg(feature = "wasm")]
+use crate::cli::json_arg;
+use crate::cli::{Cli, Command, Global, Output, Target};
 use crate::config::{self, ConfigError};
 use crate::error::HostError;
 use crate::gate::Gate;

@@ -218,8 +218,8 @@ fn resource_of(text: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
     use rstest::rstest;
+    use serde_json::json;
 
     #[test]
     fn a_rejection_is_split_into_one_finding_per_container_and_resource() {
