@@ -14,6 +14,19 @@ fn pod(name: &str, labels: serde_json::Value) -> Pod {
         "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}))
 }
 
+/// A simulator whose controllers run only when asked (the test owns its timing), and its pods
+/// in `default`.
+async fn quiet_pods() -> (Sim, Api<Pod>) {
+    let sim = Sim::start(SimConfig {
+        background_controllers: false,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let pods = Api::namespaced(client(&sim).await, "default");
+    (sim, pods)
+}
+
 fn rs(
     name: &str,
     selector: serde_json::Value,
@@ -32,13 +45,7 @@ fn rs(
 async fn crud_round_trip() {
     // The test owns its timing: with background controllers a kubelet write could land
     // between the get and the replace and turn the replace into a 409.
-    let sim = Sim::start(SimConfig {
-        background_controllers: false,
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    let (_sim, pods) = quiet_pods().await;
     let created = pods
         .create(&PostParams::default(), &pod("a", json!({"app": "x"})))
         .await
@@ -793,13 +800,7 @@ async fn a_stale_uid_precondition_is_a_conflict_naming_the_kind() {
 // `... The object might have been modified`; a matching one deletes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_resource_version_precondition_is_a_conflict() {
-    let sim = Sim::start(SimConfig {
-        background_controllers: false,
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client(&sim).await, "default");
+    let (sim, pods) = quiet_pods().await;
     let created = pods
         .create(&PostParams::default(), &pod("x", json!({})))
         .await
