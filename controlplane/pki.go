@@ -30,15 +30,10 @@ func newAuthority(commonName string) (*authority, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
+	tmpl := certificateTemplate(commonName)
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign
+	tmpl.BasicConstraintsValid = true
+	tmpl.IsCA = true
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
@@ -63,16 +58,11 @@ func (a *authority) issueServing(commonName string) (*servingPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: commonName},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:     []string{"localhost"},
-	}
+	tmpl := certificateTemplate(commonName)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	tmpl.DNSNames = []string{"localhost"}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
 	if err != nil {
 		return nil, err
@@ -100,6 +90,17 @@ func serviceAccountKeys() (private, public []byte, err error) {
 		return nil, nil, err
 	}
 	return pemBlock("PRIVATE KEY", privDER), pemBlock("PUBLIC KEY", pubDER), nil
+}
+
+// certificateTemplate is what every certificate of a run shares: a random
+// serial, the name, and a year of validity starting an hour ago (clock skew).
+func certificateTemplate(commonName string) *x509.Certificate {
+	return &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: commonName},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
+	}
 }
 
 func serial() *big.Int {
