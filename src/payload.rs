@@ -56,29 +56,40 @@ pub fn decide(payload: &[u8]) -> (Outcome, Option<Cow<'_, str>>) {
 }
 
 /// The payload policy-server sends: `{"request": AdmissionRequest, "settings": {...}}`.
-/// The object stays raw: most pods are not jump pods and are never parsed beyond metadata.
 #[derive(Deserialize)]
-struct Payload<'a> {
-    #[serde(borrow)]
-    request: Option<AdmissionRequest<'a>>,
+#[serde(bound(deserialize = "R: Deserialize<'de>"))]
+struct Payload<'a, R> {
+    request: Option<R>,
     #[serde(borrow)]
     settings: Option<&'a RawValue>,
 }
 
+/// The fields of the AdmissionRequest the policy reads. The full read keeps both objects raw
+/// (most pods are not jump pods and are never parsed beyond metadata); the one-pass read takes
+/// the object as the borrowed view of a pod and skips the old object.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AdmissionRequest<'a> {
+#[serde(
+    rename_all = "camelCase",
+    bound(deserialize = "O: Deserialize<'de>, Old: Deserialize<'de>")
+)]
+struct AdmissionRequest<'a, O, Old> {
     #[serde(borrow)]
     kind: Option<GroupVersionKind<'a>>,
     #[serde(borrow)]
     operation: Option<Cow<'a, str>>,
     #[serde(borrow)]
     name: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    object: Option<&'a RawValue>,
-    #[serde(borrow)]
-    old_object: Option<&'a RawValue>,
+    object: Option<O>,
+    old_object: Option<Old>,
 }
+
+/// The full read: both objects raw.
+type FullPayload<'a> = Payload<'a, AdmissionRequest<'a, &'a RawValue, &'a RawValue>>;
+
+/// The one-pass read: enough for every ordinary pod and most jump pods. Both levels are read
+/// from JSON objects only, and anything this pass cannot read goes to the full read, which
+/// names the problem.
+type QuickPayload<'a> = Payload<'a, Object<AdmissionRequest<'a, Object<PodView<'a>>, IgnoredAny>>>;
 
 #[derive(Deserialize)]
 struct GroupVersionKind<'a> {
@@ -86,32 +97,6 @@ struct GroupVersionKind<'a> {
     group: Cow<'a, str>,
     #[serde(borrow, default)]
     kind: Cow<'a, str>,
-}
-
-/// The same payload read in one pass with the object as the borrowed view of a pod: enough
-/// for every ordinary pod and most jump pods. Both levels are read from JSON objects only,
-/// and anything this pass cannot read goes to the full path, which names the problem.
-#[derive(Deserialize)]
-struct QuickPayload<'a> {
-    #[serde(borrow)]
-    request: Option<Object<QuickRequest<'a>>>,
-    #[serde(borrow)]
-    settings: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct QuickRequest<'a> {
-    #[serde(borrow)]
-    kind: Option<GroupVersionKind<'a>>,
-    #[serde(borrow)]
-    operation: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    object: Option<Object<PodView<'a>>>,
-    #[serde(rename = "oldObject")]
-    _old_object: Option<IgnoredAny>,
 }
 
 /// The verdict from the one-pass read, or None where the full path decides.
@@ -134,7 +119,7 @@ fn decide_quickly(bytes: &[u8]) -> Option<(Outcome, Option<Cow<'_, str>>)> {
 }
 
 fn decide_fully(payload: &[u8]) -> (Outcome, Option<Cow<'_, str>>) {
-    let payload: Payload = match serde_json::from_slice(payload) {
+    let payload: FullPayload = match serde_json::from_slice(payload) {
         Ok(payload) => payload,
         Err(e) => {
             let message = format!("cannot read the validation request: {e}");
