@@ -158,27 +158,30 @@ pub fn review(request: &Request<'_>, settings: Option<&RawValue>) -> Outcome {
     }
 }
 
-/// A request whose object was read, within the payload, as the borrowed view of a pod.
-#[derive(Clone, Copy, Debug)]
+/// A request whose object was read, within the payload, as the head of a pod.
+#[derive(Clone, Debug)]
 pub struct ViewRequest<'v, 'a> {
     pub group: &'v str,
     pub kind: &'v str,
     pub operation: &'v str,
     pub name: Option<&'v str>,
-    pub object: Option<&'v PodView<'a>>,
+    pub object: Option<view::PodHead<'a>>,
 }
 
 /// Judges a request from the views alone, in one pass over the payload: what every ordinary
-/// pod takes, and the verdict on a created jump pod that needs no mutation. None where
-/// [`review`] must decide (updates, ReplicaSets, mutations, an object nesting too deep for the
-/// typed parse). `payload` is the whole JSON the views were read from. The answer is exactly
-/// what [`review`] answers for the same request.
-pub fn review_view(
-    request: &ViewRequest<'_, '_>,
+/// pod takes, and a created jump pod, whose spec is then read from the same payload.
+/// `raw_object` finds the object's JSON in the payload, which only a mutation needs (the pod
+/// is returned whole). None where [`review`] must decide (updates, ReplicaSets, an object
+/// nesting too deep for the typed parse, anything the view cannot read). `payload` is the
+/// whole JSON the views were read from. The answer is exactly what [`review`] answers for
+/// the same request.
+pub fn review_view<'a>(
+    request: ViewRequest<'_, 'a>,
     settings: Option<&RawValue>,
     payload: &[u8],
+    raw_object: impl FnOnce() -> Option<&'a RawValue>,
 ) -> Option<Outcome> {
-    let Some(pod) = request.object else {
+    let Some(head) = request.object else {
         return Some(Outcome::accept());
     };
     if !matches!(request.operation, "CREATE" | "UPDATE") {
@@ -189,12 +192,11 @@ pub fn review_view(
         ("apps", "ReplicaSet") => return None,
         _ => return Some(Outcome::accept()),
     }
-    let meta = pod.metadata.as_ref();
-    let name = pod
+    let name = head
         .name()
         .filter(|n| !n.is_empty())
         .or(request.name.filter(|n| !n.is_empty()));
-    let app = pod
+    let app = head
         .labels()
         .and_then(|l| l.get(schema::NAME_LABEL))
         .map(Text::as_str);
@@ -202,23 +204,27 @@ pub fn review_view(
         return Some(Outcome::accept());
     };
     if request.operation != "CREATE"
-        || !pod.is_a_pod()
+        || !head.is_a_pod()
         || !view::nests_less_than(payload, view::NESTING_LIMIT)
     {
         return None;
     }
     let shown = shown_name(
         name,
-        meta.and_then(|m| m.generate_name.as_ref())
+        head.metadata
+            .as_ref()
+            .and_then(|m| m.generate_name.as_ref())
             .map(Text::as_str),
     );
     let contract = match contract(settings) {
         Ok(contract) => contract,
         Err(outcome) => return Some(outcome),
     };
-    match create_pod(pod, schema, &format!("jump pod {shown:?}"), &contract) {
+    let what = format!("jump pod {shown:?}");
+    let pod = head.read_spec()?;
+    match create_pod(&pod, schema, &what, &contract) {
         Created::Decided(outcome) => Some(outcome),
-        Created::Mutate(_) => None,
+        Created::Mutate(mutation) => mutate_pod(raw_object()?, &pod, mutation, &what, &contract),
     }
 }
 

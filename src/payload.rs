@@ -3,12 +3,12 @@
 //! field as the Kubewarden SDK writes it. The Wasm guest, the host's native gate and the
 //! JavaScript build all call these functions, so they cannot disagree.
 //!
-//! The payload is read in one borrowed pass over what the rules need (every ordinary pod and
-//! most jump pods); anything that pass cannot read goes to the full typed read, which names
-//! the problem.
+//! The payload is read in one borrowed pass over the pod's metadata; a jump pod's spec is then
+//! read from the same bytes, and a mutation reads the pod once more, whole, to return it.
+//! Anything these reads cannot read goes to the full typed read, which names the problem.
 
 use crate::admission::{self, Outcome, Request, ViewRequest};
-use crate::view::{Object, PodView};
+use crate::view::{Object, PodHead};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -86,10 +86,10 @@ struct AdmissionRequest<'a, O, Old> {
 /// The full read: both objects raw.
 type FullPayload<'a> = Payload<'a, AdmissionRequest<'a, &'a RawValue, &'a RawValue>>;
 
-/// The one-pass read: enough for every ordinary pod and most jump pods. Both levels are read
-/// from JSON objects only, and anything this pass cannot read goes to the full read, which
-/// names the problem.
-type QuickPayload<'a> = Payload<'a, Object<AdmissionRequest<'a, Object<PodView<'a>>, IgnoredAny>>>;
+/// The one-pass read: enough for every ordinary pod and created jump pods. Both levels are
+/// read from JSON objects only, and anything this pass cannot read goes to the full read,
+/// which names the problem.
+type QuickPayload<'a> = Payload<'a, Object<AdmissionRequest<'a, Object<PodHead<'a>>, IgnoredAny>>>;
 
 #[derive(Deserialize)]
 struct GroupVersionKind<'a> {
@@ -105,15 +105,23 @@ fn decide_quickly(bytes: &[u8]) -> Option<(Outcome, Option<Cow<'_, str>>)> {
     let Object(request) = payload.request?;
     let kind = request.kind.as_ref();
     let outcome = admission::review_view(
-        &ViewRequest {
+        ViewRequest {
             group: kind.map_or("", |k| &k.group),
             kind: kind.map_or("", |k| &k.kind),
             operation: request.operation.as_deref().unwrap_or_default(),
             name: request.name.as_deref(),
-            object: request.object.as_deref(),
+            object: request.object.map(|Object(head)| head),
         },
         payload.settings,
         bytes,
+        // Only a mutation needs the pod's JSON (it returns the pod whole): a second read of
+        // the payload, keeping the object raw.
+        || {
+            serde_json::from_slice::<FullPayload>(bytes)
+                .ok()?
+                .request?
+                .object
+        },
     )?;
     Some((outcome, request.name))
 }
@@ -149,5 +157,63 @@ fn bad_request(message: String) -> Outcome {
     Outcome::Reject {
         message,
         code: Some(400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::path::{Path, PathBuf};
+
+    fn json_files(dir: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|entry| entry.expect("a directory entry").path())
+            .filter(|path| path.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Every fixture of the policy (requests, reviews, hostile objects) under every settings
+    /// document: where the one-pass read decides, it answers exactly what the full read does.
+    #[test]
+    fn the_one_pass_read_answers_what_the_full_read_answers() {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/test_data");
+        let mut requests = json_files(&data);
+        requests.extend(json_files(&data.join("hostile")));
+        let settings = json_files(&data.join("settings"));
+        let mut decided = Vec::new();
+        for file in &requests {
+            let text = std::fs::read_to_string(file).expect("a fixture");
+            let fixture: Value = serde_json::from_str(&text).expect("JSON");
+            // A fixture is an AdmissionRequest, or an AdmissionReview around one.
+            let request = fixture.get("request").cloned().unwrap_or(fixture);
+            for settings in settings.iter().map(|s| std::fs::read(s).expect("settings")) {
+                let settings: Value = serde_json::from_slice(&settings).expect("JSON");
+                let payload =
+                    serde_json::to_vec(&json!({"request": request, "settings": settings}))
+                        .expect("a payload");
+                if let Some((outcome, name)) = decide_quickly(&payload) {
+                    let (full, full_name) = decide_fully(&payload);
+                    assert_eq!(outcome, full, "{}", file.display());
+                    assert_eq!(name, full_name, "{}", file.display());
+                    decided.push(file.file_name().expect("a name").to_owned());
+                }
+            }
+        }
+        // The one-pass read decides created jump pods, mutations among them.
+        for fixture in [
+            "conforming_jump_pod_create.json",
+            "undersized_jump_pod_create.json",
+            "legacy_bare_pod_create.json",
+            "ordinary_pod_create.json",
+        ] {
+            assert!(
+                decided.iter().any(|f| f == fixture),
+                "{fixture} left to the full read"
+            );
+        }
     }
 }

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::fmt;
 
@@ -200,18 +201,24 @@ pub const NESTING_LIMIT: usize = 100;
 // Every field's type decides how it is read (no `deserialize_with`): fields of one type share
 // one instance of the reading code, which keeps the module small.
 
+/// The view of a pod; `S` is how its spec is held: read ([`SpecView`]), or kept as raw JSON
+/// ([`PodHead`]) until a jump pod needs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodView<'a> {
+#[serde(rename_all = "camelCase", bound(deserialize = "S: Deserialize<'de>"))]
+pub struct PodView<'a, S = Object<SpecView<'a>>> {
     #[serde(borrow, default)]
     pub api_version: Present<'a>,
     #[serde(borrow, default)]
     pub kind: Present<'a>,
     #[serde(borrow, default)]
     pub metadata: Option<Object<MetaView<'a>>>,
-    #[serde(borrow, default)]
-    pub spec: Option<Object<SpecView<'a>>>,
+    #[serde(default)]
+    pub spec: Option<S>,
 }
+
+/// A pod read for its metadata, its spec left unread: every pod in the policy's scope is
+/// read this far, and only a jump pod's spec is read further (most pods are not jump pods).
+pub type PodHead<'a> = PodView<'a, &'a RawValue>;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -224,7 +231,34 @@ pub struct MetaView<'a> {
     #[serde(borrow, default)]
     pub labels: Option<Pairs<'a, Text<'a>>>,
     #[serde(default)]
-    pub owner_references: Option<Vec<Object<OwnerView>>>,
+    pub owner_references: Option<Owners>,
+}
+
+/// What the rules need of `ownerReferences`: whether one of them is the controller. Each
+/// reference is read (an object, `controller` a boolean), none is kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owners {
+    pub controlled: bool,
+}
+
+impl<'de> Deserialize<'de> for Owners {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OwnersVisitor;
+        impl<'de> Visitor<'de> for OwnersVisitor {
+            type Value = Owners;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of owner references")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Owners, A::Error> {
+                let mut controlled = false;
+                while let Some(Object(owner)) = seq.next_element::<Object<OwnerView>>()? {
+                    controlled |= owner.controller == Some(true);
+                }
+                Ok(Owners { controlled })
+            }
+        }
+        deserializer.deserialize_seq(OwnersVisitor)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -276,10 +310,28 @@ impl<'a> PodView<'a> {
             return None;
         }
         // From bytes, as the policy reads its payload: one instance of the view's code.
-        let Object(view) = serde_json::from_slice::<Object<PodView<'a>>>(json.as_bytes()).ok()?;
-        view.is_a_pod().then_some(view)
+        let Object(head) = serde_json::from_slice::<Object<PodHead<'a>>>(json.as_bytes()).ok()?;
+        head.is_a_pod().then(|| head.read_spec()).flatten()
     }
+}
 
+impl<'a> PodHead<'a> {
+    /// Reads the spec the head kept raw, or None where the typed parse must decide.
+    pub fn read_spec(self) -> Option<PodView<'a>> {
+        let spec = match self.spec {
+            Some(raw) => Some(serde_json::from_slice(raw.get().as_bytes()).ok()?),
+            None => None,
+        };
+        Some(PodView {
+            api_version: self.api_version,
+            kind: self.kind,
+            metadata: self.metadata,
+            spec,
+        })
+    }
+}
+
+impl<'a, S> PodView<'a, S> {
     /// k8s-openapi refuses a `Pod` whose `apiVersion` or `kind` names another object.
     pub fn is_a_pod(&self) -> bool {
         self.api_version
@@ -302,11 +354,11 @@ impl<'a> PodView<'a> {
         self.metadata
             .as_ref()
             .and_then(|m| m.owner_references.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|o| o.controller == Some(true))
+            .is_some_and(|o| o.controlled)
     }
+}
 
+impl<'a> PodView<'a> {
     /// The view of a typed pod (borrowing its strings).
     pub fn of_pod(pod: &'a Pod) -> PodView<'a> {
         let meta = &pod.metadata;
@@ -324,15 +376,8 @@ impl<'a> PodView<'a> {
                             .collect(),
                     )
                 }),
-                owner_references: meta.owner_references.as_ref().map(|owners| {
-                    owners
-                        .iter()
-                        .map(|o| {
-                            Object(OwnerView {
-                                controller: o.controller,
-                            })
-                        })
-                        .collect()
+                owner_references: meta.owner_references.as_ref().map(|owners| Owners {
+                    controlled: owners.iter().any(|o| o.controller == Some(true)),
                 }),
             })),
             spec: pod
@@ -415,6 +460,11 @@ impl<'a> ContainerView<'a> {
 /// does not read without recursing, while the typed parse refuses nesting beyond serde_json's
 /// recursion limit (128): a deeper object is left to the typed parse to refuse.
 pub fn nests_less_than(json: &[u8], limit: usize) -> bool {
+    // Fewer brackets than the limit cannot nest that deep, and counting them is several times
+    // faster than following the strings: most pods, jump pods among them, stop here.
+    if opening_brackets(json, limit) < limit {
+        return true;
+    }
     let mut depth = 0usize;
     let mut bytes = json.iter();
     while let Some(&b) = bytes.next() {
@@ -442,6 +492,51 @@ pub fn nests_less_than(json: &[u8], limit: usize) -> bool {
         }
     }
     true
+}
+
+/// How many `{` and `[` bytes `json` holds, counted a block at a time until `limit` is
+/// reached (so possibly a little past it).
+fn opening_brackets(json: &[u8], limit: usize) -> usize {
+    // Native code turns a byte count into vector code; Wasm (without its SIMD extension)
+    // runs it byte by byte, and counts faster eight bytes to a word.
+    let count = if cfg!(target_arch = "wasm32") {
+        opening_brackets_in_words
+    } else {
+        opening_brackets_in_bytes
+    };
+    let mut total = 0;
+    for block in json.chunks(248) {
+        total += count(block);
+        if total >= limit {
+            break;
+        }
+    }
+    total
+}
+
+/// For a block of at most 255 bytes: the count is kept in a byte, which vectorises best.
+/// `b | 0x20` is `{` exactly when `b` is `{` or `[`.
+fn opening_brackets_in_bytes(block: &[u8]) -> usize {
+    let count = block
+        .iter()
+        .fold(0u8, |n, &b| n.wrapping_add(u8::from(b | 0x20 == b'{')));
+    usize::from(count)
+}
+
+fn opening_brackets_in_words(block: &[u8]) -> usize {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let mut words = block.chunks_exact(8);
+    let mut count = 0;
+    for word in &mut words {
+        let Ok(word) = <[u8; 8]>::try_from(word) else {
+            continue;
+        };
+        let x = (u64::from_le_bytes(word) | 0x2020_2020_2020_2020) ^ 0x7b7b_7b7b_7b7b_7b7b;
+        // The high bit of each zero byte of `x`, and of no other (no carry crosses bytes).
+        let zeros = !(((x & LOW7) + LOW7) | x | LOW7);
+        count += zeros.count_ones() as usize;
+    }
+    count + opening_brackets_in_bytes(words.remainder())
 }
 
 #[cfg(test)]
@@ -576,5 +671,31 @@ mod tests {
         #[case] less: bool,
     ) {
         assert_eq!(nests_less_than(text.as_bytes(), limit), less);
+    }
+
+    #[test]
+    fn brackets_are_counted_exactly_at_every_byte_value_and_offset() {
+        for offset in 0..8 {
+            let bytes: Vec<u8> = (0..offset)
+                .map(|_| b'a')
+                .chain((0..=255u8).cycle().take(777))
+                .collect();
+            let naive = bytes.iter().filter(|&&b| b == b'{' || b == b'[').count();
+            assert_eq!(
+                opening_brackets(&bytes, usize::MAX),
+                naive,
+                "offset {offset}"
+            );
+            for count in [opening_brackets_in_words, opening_brackets_in_bytes] {
+                let blocks: usize = bytes.chunks(248).map(count).sum();
+                assert_eq!(blocks, naive, "offset {offset}");
+            }
+        }
+    }
+
+    #[test]
+    fn counting_stops_at_the_first_block_that_reaches_the_limit() {
+        let bytes = [b'{'; 1000];
+        assert_eq!(opening_brackets(&bytes, 3), 248);
     }
 }
