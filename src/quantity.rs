@@ -352,9 +352,18 @@ fn normalise(negative: bool, mut mantissa: u128, mut exponent: i64) -> Quantity 
     if mantissa == 0 {
         return Quantity::ZERO;
     }
-    while mantissa.is_multiple_of(10) {
+    while mantissa > u128::from(u64::MAX) && mantissa.is_multiple_of(10) {
         mantissa /= 10;
         exponent += 1;
+    }
+    // Almost every mantissa fits a u64, whose division is cheap (in Wasm, a u128 division
+    // is a library call).
+    if let Ok(mut small) = u64::try_from(mantissa) {
+        while small.is_multiple_of(10) {
+            small /= 10;
+            exponent += 1;
+        }
+        mantissa = u128::from(small);
     }
     Quantity {
         negative,
@@ -363,13 +372,12 @@ fn normalise(negative: bool, mut mantissa: u128, mut exponent: i64) -> Quantity 
     }
 }
 
-fn digit_count(mut n: u128) -> i64 {
-    let mut count = 0;
-    while n > 0 {
-        n /= 10;
-        count += 1;
+fn digit_count(n: u128) -> i64 {
+    match u64::try_from(n) {
+        Ok(0) => 0,
+        Ok(small) => i64::from(small.ilog10()) + 1,
+        Err(_) => i64::from(n.ilog10()) + 1,
     }
-    count
 }
 
 fn compare_magnitude(a: &Quantity, b: &Quantity) -> Ordering {
