@@ -216,7 +216,7 @@ pub fn explain(op: &Op<'_>, err: kube::Error) -> HostError {
             code: status.code,
             reason: status.reason.clone(),
             message: status.message.clone(),
-            hint: hint(op, status.code),
+            hint: hint(op, status.code, &status.message),
             source: Box::new(err),
         },
         kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
@@ -232,26 +232,45 @@ pub fn explain(op: &Op<'_>, err: kube::Error) -> HostError {
     }
 }
 
-/// What to do about a permanent error of `op`.
-fn hint(op: &Op<'_>, code: u16) -> Option<String> {
-    let group = if op.group.is_empty() {
-        "the core API group".to_owned()
-    } else {
-        format!("API group {}", op.group)
-    };
+/// What to do about a permanent error of `op`, from its code and the server's message.
+fn hint(op: &Op<'_>, code: u16, message: &str) -> Option<String> {
+    let namespace = op.namespace.unwrap_or("NAMESPACE");
     match code {
         401 => Some("the credentials of the kubeconfig are not accepted; refresh them".to_owned()),
-        403 => Some(format!(
-            "jumppod needs the `{}` verb on `{}` ({group}){}: the rules printed by `jumppod rbac --namespace {}` grant exactly what it uses",
-            op.verb,
-            op.resource,
-            op.namespace
-                .map(|ns| format!(" in namespace {ns}"))
-                .unwrap_or_default(),
-            op.namespace.unwrap_or("NAMESPACE"),
+        403 if is_rbac_refusal(message) => {
+            let group = if op.group.is_empty() {
+                "the core API group".to_owned()
+            } else {
+                format!("API group {}", op.group)
+            };
+            Some(format!(
+                "jumppod needs the `{}` verb on `{}` ({group}){}: the rules printed by `jumppod rbac --namespace {namespace}` grant exactly what it uses",
+                op.verb,
+                op.resource,
+                op.namespace
+                    .map(|ns| format!(" in namespace {ns}"))
+                    .unwrap_or_default(),
+            ))
+        }
+        // The NamespaceLifecycle admission plugin refuses new objects while a namespace is
+        // deleted.
+        403 if message.contains("because it is being terminated") => Some(format!(
+            "namespace {namespace} is being deleted: wait until `kubectl get namespace {namespace}` no longer finds it (`kubectl get all -n {namespace}` shows what holds it), create it again, then run jumppod again"
         )),
+        403 if message.contains("quota") => Some(format!(
+            "a ResourceQuota of namespace {namespace} refuses it: `kubectl describe resourcequota -n {namespace}` shows its limits and use"
+        )),
+        // Any other refusal (an admission webhook, Pod Security): the server's message says it.
         _ => None,
     }
+}
+
+/// Whether a 403 is RBAC's: the authorizer's `User "u" cannot <verb> resource "r" ...` (or
+/// `... cannot <verb> path "/p"`). Quotas, namespace lifecycle and admission webhooks answer
+/// 403 too, with their own words.
+fn is_rbac_refusal(message: &str) -> bool {
+    message.contains(" cannot ")
+        && (message.contains(" resource \"") || message.contains(" path \""))
 }
 
 pub fn is_not_found(err: &kube::Error) -> bool {
@@ -274,4 +293,48 @@ fn is_precondition_status(s: &kube::core::Status) -> bool {
     s.code == 409
         && s.reason == "Conflict"
         && s.message.to_ascii_lowercase().contains("precondition")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::rbac_names_the_verb_and_the_rules(
+        r#"replicasets.apps is forbidden: User "dstack" cannot create resource "replicasets" in API group "apps" in the namespace "dstack""#,
+        Some("`jumppod rbac --namespace dstack`")
+    )]
+    #[case::a_quota_points_at_the_quota(
+        r#"replicasets.apps "x" is forbidden: exceeded quota: q, requested: count/replicasets.apps=1, used: count/replicasets.apps=1, limited: count/replicasets.apps=1"#,
+        Some("kubectl describe resourcequota -n dstack")
+    )]
+    #[case::a_namespace_being_deleted_says_to_wait(
+        "unable to create new content in namespace dstack because it is being terminated",
+        Some("namespace dstack is being deleted")
+    )]
+    #[case::a_webhook_speaks_for_itself(
+        r#"admission webhook "validate.example.com" denied the request: no"#,
+        None
+    )]
+    fn a_403_is_explained_by_what_the_server_says(
+        #[case] message: &str,
+        #[case] expected: Option<&str>,
+    ) {
+        let op = Op::new("create", "replicasets", Some("dstack"), None);
+        let hint = hint(&op, 403, message);
+        match expected {
+            Some(text) => assert!(
+                hint.as_deref().is_some_and(|h| h.contains(text)),
+                "{hint:?}"
+            ),
+            None => assert_eq!(hint, None),
+        }
+        // Only RBAC's refusal sends the operator to the RBAC rules.
+        assert_eq!(
+            hint.as_deref().is_some_and(|h| h.contains("jumppod rbac")),
+            message.contains("cannot create resource"),
+            "{hint:?}"
+        );
+    }
 }

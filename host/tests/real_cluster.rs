@@ -20,7 +20,7 @@ use jumppod_host::manifest::Desired;
 use jumppod_host::rbac::{self, RULES, Rule};
 use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -466,6 +466,48 @@ async fn the_printed_rbac_rules_are_enough_and_a_missing_verb_is_named() {
     let proxy = resolves(&user, &config).await.proxy;
     assert_eq!(proxy.hostname, "127.0.0.1");
     jumppod_host::status::status(&user, &config).await.unwrap();
+}
+
+/// A namespace being deleted refuses new objects with 403 (the NamespaceLifecycle admission
+/// plugin), in words other than RBAC's: `ensure` shows the server's message and says to wait
+/// for the namespace to go, not to grant RBAC rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_being_deleted_is_reported_as_such_not_as_missing_rbac() {
+    let admin = admin().await;
+    let ns = "rc-terminating";
+    namespace(&admin, ns).await;
+    // A finalizer no controller removes keeps the namespace terminating.
+    let maps: Api<ConfigMap> = Api::namespaced(admin.client.clone(), ns);
+    let hold = json!({"metadata": {"name": "hold", "finalizers": ["jumppod.test/hold"]}});
+    maps.create(&PostParams::default(), &typed(hold))
+        .await
+        .expect("create the ConfigMap holding the namespace");
+    let namespaces: Api<Namespace> = Api::all(admin.client.clone());
+    namespaces
+        .delete(ns, &DeleteParams::default())
+        .await
+        .expect("delete the namespace");
+    let config = config_for(ns, "main", "");
+    // The admission plugin reads namespaces from its informer: it refuses once it has seen
+    // the deletion.
+    let err = wait_for("the namespace's deletion to reach admission", || async {
+        match ensure(&admin, &config).await {
+            Err(e) if e.to_string().contains("being terminated") => Some(e),
+            _ => None,
+        }
+    })
+    .await;
+    let text = err.to_string();
+    assert_eq!(err.exit_code(), 5, "{text}");
+    assert!(
+        text.contains("namespace rc-terminating is being deleted"),
+        "{text}"
+    );
+    assert!(!text.contains("jumppod rbac"), "{text}");
+    let release = json!({"metadata": {"finalizers": null}});
+    maps.patch("hold", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .expect("release the namespace");
 }
 
 /// The Role, RoleBinding, ClusterRole and ClusterRoleBinding `jumppod rbac` prints, bound to

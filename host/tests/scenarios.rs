@@ -499,10 +499,20 @@ async fn transient_faults_on_the_upgrade_path_are_retried(#[case] fault: Fault) 
 
 /// 11c. Permanent errors are reported with what to do, and nothing after them is written.
 #[rstest]
-#[case::forbidden_replicaset_create(
-    Fault::status("POST", "/replicasets", 403, 1),
+#[case::forbidden_by_rbac(
+    Fault::refusal("POST", "/replicasets", 403, r#"replicasets.apps is forbidden: User "dstack" cannot create resource "replicasets" in API group "apps" in the namespace "dstack""#, 1),
     5,
     "`create` verb on `replicasets`"
+)]
+#[case::refused_by_a_quota(
+    Fault::refusal("POST", "/replicasets", 403, r#"replicasets.apps "x" is forbidden: exceeded quota: q, requested: count/replicasets.apps=1, used: count/replicasets.apps=1, limited: count/replicasets.apps=1"#, 1),
+    5,
+    "exceeded quota: q"
+)]
+#[case::refused_for_another_reason(
+    Fault::status("POST", "/replicasets", 403, 1),
+    5,
+    "the request was refused"
 )]
 #[case::invalid_service_create(Fault::status("POST", "/services", 422, 1), 5, "create services")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,6 +527,12 @@ async fn permanent_errors_are_reported(
     let err = ensure(&sim, &config("")).await.unwrap_err();
     assert_eq!(err.exit_code(), code, "{err}");
     assert!(err.to_string().contains(text), "{err}");
+    // Only RBAC's own refusal sends the operator to the RBAC rules.
+    assert_eq!(
+        err.to_string().contains("jumppod rbac --namespace"),
+        text.contains("verb on"),
+        "{err}"
+    );
     // The refused write is the last request: not retried, nothing written after it.
     let requests = sim.requests();
     let refused = requests

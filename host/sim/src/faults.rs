@@ -6,9 +6,9 @@ use std::time::Duration;
 /// What an injected fault does to a matching request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FaultAction {
-    /// Answer with this code and a proper `Status` body (with `Retry-After` and
-    /// `details.retryAfterSeconds` when given); the request does not happen.
-    Status { code: u16, retry_after: Option<u64> },
+    /// Answer with this code and a proper `Status` body, with the code's generic message or
+    /// the one given (what a quota or an admission plugin says); the request does not happen.
+    Status { code: u16, message: Option<String> },
     /// Answer 429 as API Priority and Fairness and the max-inflight filter do: a plain-text
     /// body `Too many requests, please try again later.` and a `Retry-After` header in seconds,
     /// no `Status` object. The request does not happen.
@@ -56,7 +56,20 @@ impl Fault {
             times,
             FaultAction::Status {
                 code,
-                retry_after: None,
+                message: None,
+            },
+        )
+    }
+    /// Answer `code` with the server's own `message`: a 403 from a ResourceQuota or from a
+    /// namespace being deleted reads differently from RBAC's.
+    pub fn refusal(method: &str, path: &str, code: u16, message: &str, times: usize) -> Self {
+        Self::new(
+            method,
+            path,
+            times,
+            FaultAction::Status {
+                code,
+                message: Some(message.to_owned()),
             },
         )
     }

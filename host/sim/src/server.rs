@@ -176,9 +176,11 @@ async fn handle(inner: Arc<Cluster>, req: Request<Incoming>) -> Result<Resp, Dro
     };
     let mut after: Option<u16> = None;
     match inner.take_fault(&method, &path) {
-        Some(FaultAction::Status { code, retry_after }) => {
+        Some(FaultAction::Status { code, message }) => {
             let mut e = for_code(code);
-            e.retry_after = retry_after;
+            if let Some(message) = message {
+                e.message = message;
+            }
             record.status = code;
             inner.record(record);
             return Ok(error_response(&e));
