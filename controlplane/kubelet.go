@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 	"sync"
 	"time"
 
@@ -438,6 +439,7 @@ const (
 	podNothing        podAction = iota
 	podStart                    // report it Running and Ready
 	podFinishDeletion           // its containers are "stopped": remove it
+	podPullBackOff              // an image cannot be pulled: report the back-off
 )
 
 // nextPodAction decides from the pod alone. Pods already terminal (Failed,
@@ -455,7 +457,50 @@ func nextPodAction(pod *corev1.Pod) podAction {
 			return podNothing
 		}
 	}
+	if image := unpullableImage(pod); image != "" {
+		if backingOff(pod) {
+			return podNothing
+		}
+		return podPullBackOff
+	}
 	return podStart
+}
+
+// unpullableImage is the first container image whose registry host is under
+// .invalid (RFC 2606): its name lookup fails everywhere, so tests use it to
+// make the kubelet fail to pull on demand.
+func unpullableImage(pod *corev1.Pod) string {
+	for _, c := range pod.Spec.Containers {
+		if host := registryHost(c.Image); strings.HasSuffix(host, ".invalid") {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+// registryHost is the registry an image reference names (host[:port]/path),
+// or "" when it names none (docker.io's short form).
+func registryHost(image string) string {
+	first, _, found := strings.Cut(image, "/")
+	if !found {
+		return ""
+	}
+	host, _, _ := strings.Cut(first, ":")
+	if !strings.Contains(host, ".") && host != "localhost" {
+		return ""
+	}
+	return host
+}
+
+// backingOff reports whether the back-off is already reported (so the status
+// is written once, not on every event).
+func backingOff(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason == "ImagePullBackOff" {
+			return true
+		}
+	}
+	return false
 }
 
 func podConditionTrue(pod *corev1.Pod, t corev1.PodConditionType) bool {
@@ -488,6 +533,14 @@ func (k *fakeKubelet) syncPod(ctx context.Context, key string) error {
 			Preconditions:      &metav1.Preconditions{UID: ptr.To(pod.UID)},
 		})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		return err
+	case podPullBackOff:
+		waiting := pod.DeepCopy()
+		waiting.Status = pullBackOffStatus(pod, "127.0.0.1", unpullableImage(pod), metav1.Now())
+		_, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, waiting, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
@@ -558,6 +611,56 @@ func runningStatus(pod *corev1.Pod, hostIP, podIP string, now metav1.Time) corev
 		})
 	}
 	return st
+}
+
+// pullBackOffStatus is what a kubelet reports while it backs off pulling
+// image: the pod stays Pending and not Ready, its containers wait with
+// ImagePullBackOff and the runtime's error.
+func pullBackOffStatus(pod *corev1.Pod, hostIP, image string, now metav1.Time) corev1.PodStatus {
+	st := *pod.Status.DeepCopy()
+	st.Phase = corev1.PodPending
+	st.HostIP = hostIP
+	st.HostIPs = []corev1.HostIP{{IP: hostIP}}
+	if st.StartTime == nil {
+		st.StartTime = &now
+	}
+	var names []string
+	for _, c := range pod.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	unready := fmt.Sprintf("containers with unready status: [%s]", strings.Join(names, " "))
+	for _, t := range []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized} {
+		st.Conditions = setPodCondition(st.Conditions, t, now)
+	}
+	for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+		st.Conditions = setPodConditionFalse(st.Conditions, t, "ContainersNotReady", unready, now)
+	}
+	message := fmt.Sprintf("Back-off pulling image %q: ErrImagePull: failed to pull and unpack image %q: "+
+		"failed to resolve reference %q: dial tcp: lookup %s: no such host", image, image, image, registryHost(image))
+	st.ContainerStatuses = nil
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, Started: ptr.To(false),
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: "ImagePullBackOff", Message: message,
+			}},
+		})
+	}
+	return st
+}
+
+// setPodConditionFalse sets condition t to False with a reason and message.
+func setPodConditionFalse(conds []corev1.PodCondition, t corev1.PodConditionType, reason, message string, now metav1.Time) []corev1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			if conds[i].Status != corev1.ConditionFalse {
+				conds[i].LastTransitionTime = now
+			}
+			conds[i].Status, conds[i].Reason, conds[i].Message = corev1.ConditionFalse, reason, message
+			return conds
+		}
+	}
+	return append(conds, corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason, Message: message, LastTransitionTime: now})
 }
 
 func containerID(uid types.UID, name string) string {

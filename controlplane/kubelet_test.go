@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,10 @@ func TestNextPodAction(t *testing.T) {
 	failed.Status.Reason = "Evicted"
 	runningNotReady := running.DeepCopy()
 	runningNotReady.Status.Conditions = setPodCondition(nil, corev1.PodScheduled, now)
+	unpullable := boundPod("p", "node-1")
+	unpullable.Spec.Containers[1].Image = "registry.invalid/side:2"
+	backingOff := unpullable.DeepCopy()
+	backingOff.Status = pullBackOffStatus(unpullable, "127.0.0.1", "registry.invalid/side:2", now)
 
 	cases := []struct {
 		name string
@@ -57,6 +62,8 @@ func TestNextPodAction(t *testing.T) {
 		{"a running pod that is not ready is started again", runningNotReady, podStart},
 		{"a pod with a deletion timestamp has its deletion finished", deleting, podFinishDeletion},
 		{"an evicted (failed) pod is not restarted", failed, podNothing},
+		{"a pod with an image from a registry under .invalid backs off pulling", unpullable, podPullBackOff},
+		{"a back-off already reported is not written again", backingOff, podNothing},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -199,5 +206,46 @@ func TestTokenFileListsGroupsQuoted(t *testing.T) {
 	want := "t1,admin,admin,\"system:masters\"\nt2,user-1,user-1\n"
 	if got != want {
 		t.Fatalf("tokenFile =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestRegistryHost(t *testing.T) {
+	cases := map[string]string{
+		"registry.invalid/sshd:1":        "registry.invalid",
+		"registry.invalid:5000/a/b:1":    "registry.invalid",
+		"localhost/sshd":                 "localhost",
+		"sshd:1":                         "",
+		"testcontainers/sshd:1.3.0":      "",
+		"ghcr.io/dstackai/sshd@sha256:0": "ghcr.io",
+	}
+	for image, want := range cases {
+		if got := registryHost(image); got != want {
+			t.Errorf("registryHost(%q) = %q, want %q", image, got, want)
+		}
+	}
+}
+
+func TestPullBackOffStatusIsWhatAKubeletReports(t *testing.T) {
+	pod := boundPod("p", "node-1")
+	st := pullBackOffStatus(pod, "127.0.0.1", "registry.invalid/sshd:1", metav1.Now())
+	if st.Phase != corev1.PodPending || st.PodIP != "" {
+		t.Fatalf("phase %s, pod IP %q: a pod whose image is not pulled stays Pending without an IP", st.Phase, st.PodIP)
+	}
+	for _, c := range st.Conditions {
+		if c.Type == corev1.PodReady && (c.Status != corev1.ConditionFalse || c.Reason != "ContainersNotReady") {
+			t.Fatalf("Ready is %s (%s), want False (ContainersNotReady)", c.Status, c.Reason)
+		}
+	}
+	if len(st.ContainerStatuses) != 2 {
+		t.Fatalf("%d container statuses, want 2", len(st.ContainerStatuses))
+	}
+	for _, cs := range st.ContainerStatuses {
+		w := cs.State.Waiting
+		if w == nil || w.Reason != "ImagePullBackOff" || cs.Ready || cs.ContainerID != "" {
+			t.Fatalf("container %s: %+v, want waiting in ImagePullBackOff, not ready, no container", cs.Name, cs)
+		}
+	}
+	if w := st.ContainerStatuses[0].State.Waiting; !strings.Contains(w.Message, "lookup registry.invalid: no such host") {
+		t.Fatalf("message %q does not give the runtime's error", w.Message)
 	}
 }

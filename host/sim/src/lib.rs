@@ -39,7 +39,9 @@
 //!   `ReplicaFailure` condition and the FailedCreate/FailedDelete Warning events), garbage
 //!   collector, scheduler (requests vs allocatable, pod count, nodeSelector, taints and
 //!   tolerations, `Unschedulable` message in the scheduler's format), kubelet (Running and
-//!   Ready after [`SimConfig::kubelet_delay`]), pod GC of Failed pods on demand.
+//!   Ready after [`SimConfig::kubelet_delay`]; an image from a registry under `.invalid`
+//!   stays in ImagePullBackOff, as on the real control plane), pod GC of Failed pods on
+//!   demand.
 //! - Faults on demand ([`Fault`]; 429 is plain text with `Retry-After`, as API Priority and
 //!   Fairness sends it), RBAC ([`SimConfig::rbac`]), an admission hook
 //!   ([`Admission`]), a request log ([`RequestRecord`]).

@@ -55,9 +55,87 @@ pub(super) fn kubelet(st: &mut State) {
         st.next_pod_ip += 1;
         let n = st.next_pod_ip;
         let pod_ip = format!("10.244.{}.{}", n / 250, n % 250 + 1);
-        let pod = running(pod, &host_ip, &pod_ip);
+        let pod = match unpullable_image(&pod) {
+            Some(image) => pull_backed_off(pod, &host_ip, &image),
+            None => running(pod, &host_ip, &pod_ip),
+        };
         st.put_raw(pods_def(), pod);
     }
+}
+
+/// The first container image of `pod` whose registry cannot be reached: a host under
+/// `.invalid` (RFC 2606), whose name lookup fails everywhere, as a test's way to make the
+/// kubelet fail to pull on demand.
+fn unpullable_image(pod: &Value) -> Option<String> {
+    let containers = pod.pointer("/spec/containers").and_then(Value::as_array)?;
+    containers
+        .iter()
+        .filter_map(|c| c["image"].as_str())
+        .find(|image| registry_host(image).is_some_and(|h| h.ends_with(".invalid")))
+        .map(str::to_owned)
+}
+
+/// The registry host of an image reference (`host[:port]/path`), if it names one.
+fn registry_host(image: &str) -> Option<&str> {
+    let (first, _) = image.split_once('/')?;
+    let host = first.split(':').next().unwrap_or(first);
+    (host.contains('.') || host == "localhost").then_some(host)
+}
+
+/// What the kubelet reports while it backs off pulling `image`: the pod stays Pending, the
+/// container waits with ImagePullBackOff and the runtime's error, the pod is not Ready.
+fn pull_backed_off(mut pod: Value, host_ip: &str, image: &str) -> Value {
+    let now = now_rfc3339();
+    let host = registry_host(image).unwrap_or(image);
+    let message = format!(
+        "Back-off pulling image \"{image}\": ErrImagePull: failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": dial tcp: lookup {host}: no such host"
+    );
+    let names: Vec<String> = container_names(&pod);
+    let unready = format!("containers with unready status: [{}]", names.join(" "));
+    set_condition(
+        &mut pod,
+        "PodReadyToStartContainers",
+        "True",
+        None,
+        None,
+        &now,
+    );
+    set_condition(&mut pod, "Initialized", "True", None, None, &now);
+    for ty in ["ContainersReady", "Ready"] {
+        set_condition(
+            &mut pod,
+            ty,
+            "False",
+            Some("ContainersNotReady"),
+            Some(&unready),
+            &now,
+        );
+    }
+    let waiting = json!({"waiting": {"reason": "ImagePullBackOff", "message": message}});
+    let mut cs = container_statuses(&pod, waiting, false);
+    // A container that never started has no container and no image yet.
+    for c in &mut cs {
+        c["imageID"] = json!("");
+        if let Some(c) = c.as_object_mut() {
+            c.remove("containerID");
+        }
+    }
+    let status = pod["status"].as_object_mut().unwrap();
+    status.insert("phase".into(), json!("Pending"));
+    status.insert("hostIP".into(), json!(host_ip));
+    status.insert("hostIPs".into(), json!([{"ip": host_ip}]));
+    status.insert("startTime".into(), json!(now));
+    status.insert("containerStatuses".into(), Value::Array(cs));
+    pod
+}
+
+fn container_names(pod: &Value) -> Vec<String> {
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 fn container_statuses(pod: &Value, state: Value, ready: bool) -> Vec<Value> {
