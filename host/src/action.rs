@@ -114,6 +114,36 @@ pub enum Finding {
         reason: String,
         message: String,
     },
+    /// The ReplicaSet controller cannot create the pod: its `ReplicaFailure` condition (a
+    /// quota, a LimitRange, Pod Security or an admission policy refused the pod).
+    PodsRefused {
+        replicaset: String,
+        reason: String,
+        message: String,
+    },
+    /// A container of an active pod waits for a reason that does not pass by itself
+    /// (ErrImagePull, ImagePullBackOff, CrashLoopBackOff, CreateContainerConfigError, ...).
+    ContainerWaiting {
+        pod: String,
+        container: String,
+        reason: String,
+        message: String,
+    },
+}
+
+impl Finding {
+    /// A finding that keeps the jump pod from serving (or may, once jobs need it), as opposed
+    /// to a note on what older releases left behind.
+    pub fn is_warning(&self) -> bool {
+        matches!(
+            self,
+            Finding::Unschedulable { .. }
+                | Finding::PodsRefused { .. }
+                | Finding::ContainerWaiting { .. }
+                | Finding::Drift { .. }
+                | Finding::PortDiffers { .. }
+        )
+    }
 }
 
 impl fmt::Display for Finding {
@@ -189,6 +219,26 @@ impl fmt::Display for Finding {
                 reason,
                 message,
             } => write!(f, "pod {pod} cannot be scheduled ({reason}): {message}"),
+            Finding::PodsRefused {
+                replicaset,
+                reason,
+                message,
+            } => write!(
+                f,
+                "replicaset {replicaset} cannot create its pod ({reason}): {message}"
+            ),
+            Finding::ContainerWaiting {
+                pod,
+                container,
+                reason,
+                message,
+            } => {
+                write!(f, "container {container} of pod {pod} is waiting: {reason}")?;
+                if !message.is_empty() {
+                    write!(f, ": {message}")?;
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -52,10 +52,7 @@ impl std::fmt::Display for EnsureReport {
             writeln!(f, "policy warning: {w}")?;
         }
         for finding in &self.findings {
-            let prefix = if matches!(
-                finding,
-                Finding::Unschedulable { .. } | Finding::Drift { .. } | Finding::PortDiffers { .. }
-            ) {
+            let prefix = if finding.is_warning() {
                 "warning"
             } else {
                 "note"
@@ -67,18 +64,18 @@ impl std::fmt::Display for EnsureReport {
 }
 
 /// Makes the namespace, the ReplicaSet and the Service exist and cleans up after older
-/// releases. Unschedulable pods and drift are reported, not errors.
+/// releases. Pods that cannot be created, scheduled or started, and drift, are reported, not
+/// errors.
 #[tracing::instrument(name = "ensure", skip_all, fields(namespace = %config.namespace, jump_pod = %config.name))]
 pub async fn ensure(kube: &Kube, config: &Config, gate: &Gate) -> Result<EnsureReport, HostError> {
     let desired = Desired::from_config(config);
     let observed = observe::for_ensure(kube, config).await?;
     let plan = plan::plan(config, &desired, &observed);
     for finding in &plan.findings {
-        match finding {
-            Finding::Unschedulable { .. } | Finding::Drift { .. } => {
-                tracing::warn!(%finding, "finding")
-            }
-            _ => tracing::info!(%finding, "finding"),
+        if finding.is_warning() {
+            tracing::warn!(%finding, "finding")
+        } else {
+            tracing::info!(%finding, "finding")
         }
     }
     let check = !plan.actions.is_empty()

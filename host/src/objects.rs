@@ -99,6 +99,54 @@ pub fn unschedulable(pod: &Pod) -> Option<Finding> {
     })
 }
 
+/// The ReplicaSet controller's verdict when it cannot create pods: its `ReplicaFailure`
+/// condition, True with reason FailedCreate (or FailedDelete) and the API's message, until a
+/// create succeeds.
+pub fn pods_refused(rs: &ReplicaSet) -> Option<Finding> {
+    let condition = rs
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")?;
+    Some(Finding::PodsRefused {
+        replicaset: name_of(&rs.metadata).to_owned(),
+        reason: condition
+            .reason
+            .clone()
+            .unwrap_or_else(|| "FailedCreate".to_owned()),
+        message: condition.message.clone().unwrap_or_default(),
+    })
+}
+
+/// The kubelet's reasons for containers of an active pod that wait and will not start by
+/// themselves; the reasons of a normal start (ContainerCreating, PodInitializing) are not
+/// findings.
+pub fn containers_waiting(pod: &Pod) -> Vec<Finding> {
+    if !is_active(pod) {
+        return Vec::new();
+    }
+    let Some(status) = &pod.status else {
+        return Vec::new();
+    };
+    let all = status.init_container_statuses.iter().flatten();
+    all.chain(status.container_statuses.iter().flatten())
+        .filter_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting.reason.as_deref()?;
+            (!matches!(reason, "ContainerCreating" | "PodInitializing")).then(|| {
+                Finding::ContainerWaiting {
+                    pod: name_of(&pod.metadata).to_owned(),
+                    container: c.name.clone(),
+                    reason: reason.to_owned(),
+                    message: waiting.message.clone().unwrap_or_default(),
+                }
+            })
+        })
+        .collect()
+}
+
 /// The label schema a project's pod follows (None: neither schema names this jump pod).
 pub fn schema_of(pod: &Pod, jump_pod_name: &str) -> Option<Schema> {
     pod.metadata

@@ -10,8 +10,8 @@ use crate::api::Kube;
 use crate::config::Config;
 use crate::error::HostError;
 use crate::objects::{
-    is_active, is_finished, is_ready, name_of, node_port, phase_of, selector_text,
-    service_selector, unschedulable,
+    containers_waiting, is_active, is_finished, is_ready, name_of, node_port, phase_of,
+    pods_refused, selector_text, service_selector, unschedulable,
 };
 use crate::observe;
 use jumppod::schema;
@@ -121,6 +121,17 @@ pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, Host
                 )));
             }
         }
+    }
+    if chosen.is_none() {
+        // Why no pod serves: containers that do not start, and (one more read, on this
+        // failure path only) pods the ReplicaSet controller cannot create.
+        warnings.extend(pods.iter().flat_map(containers_waiting));
+        warnings.extend(
+            observe::replicaset(kube, config)
+                .await?
+                .as_ref()
+                .and_then(pods_refused),
+        );
     }
     for w in &warnings {
         tracing::warn!(finding = %w, "finding");

@@ -20,7 +20,7 @@ use jumppod_host::manifest::Desired;
 use jumppod_host::rbac::{self, RULES, Rule};
 use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Pod, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -466,6 +466,96 @@ async fn the_printed_rbac_rules_are_enough_and_a_missing_verb_is_named() {
     let proxy = resolves(&user, &config).await.proxy;
     assert_eq!(proxy.hostname, "127.0.0.1");
     jumppod_host::status::status(&user, &config).await.unwrap();
+}
+
+/// The real ReplicaSet controller cannot create the pod when a LimitRange caps cpu below the
+/// jump pod's: it sets `ReplicaFailure` (FailedCreate, the LimitRanger's message), which
+/// ensure, resolve and status report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_a_limitrange_refuses_are_reported_with_the_apis_message() {
+    let admin = admin().await;
+    let ns = "rc-limitrange";
+    namespace(&admin, ns).await;
+    let ranges: Api<LimitRange> = Api::namespaced(admin.client.clone(), ns);
+    let cap = json!({"metadata": {"name": "small"},
+                     "spec": {"limits": [{"type": "Container", "max": {"cpu": "100m"}}]}});
+    ranges
+        .create(&PostParams::default(), &typed(cap))
+        .await
+        .expect("create the LimitRange");
+    let config = config_for(ns, "main", "hostname: h");
+    ensure(&admin, &config).await.expect("the first ensure");
+    let report = wait_for("the ReplicaSet controller's ReplicaFailure", || async {
+        let report = ensure(&admin, &config).await.expect("ensure");
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::PodsRefused { .. }))
+            .then_some(report)
+    })
+    .await;
+    let text = report.to_string();
+    assert!(
+        text.contains("cannot create its pod (FailedCreate)")
+            && text.contains("maximum cpu usage per Container is 100m"),
+        "{text}"
+    );
+    let err = jumppod_host::resolve::resolve(&admin, &config)
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit_code(), 4, "{err}");
+    assert!(
+        err.to_string().contains("maximum cpu usage per Container"),
+        "{err}"
+    );
+    let status = jumppod_host::status::status(&admin, &config).await.unwrap();
+    assert!(
+        status
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::PodsRefused { .. })),
+        "{status}"
+    );
+}
+
+/// The kubelet cannot pull an image whose registry does not resolve (a host under `.invalid`;
+/// the control plane's kubelet reports what a real one does): ensure, resolve and status
+/// report the container's ImagePullBackOff and the runtime's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
+    let admin = admin().await;
+    let ns = "rc-image-pull";
+    namespace(&admin, ns).await;
+    let config = config_for(ns, "main", "hostname: h\nimage: registry.invalid/sshd:1");
+    ensure(&admin, &config).await.expect("the first ensure");
+    let report = wait_for("the kubelet's ImagePullBackOff", || async {
+        let report = ensure(&admin, &config).await.expect("ensure");
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::ContainerWaiting { .. }))
+            .then_some(report)
+    })
+    .await;
+    let text = report.to_string();
+    assert!(
+        text.contains("is waiting: ImagePullBackOff")
+            && text.contains("lookup registry.invalid: no such host"),
+        "{text}"
+    );
+    let err = jumppod_host::resolve::resolve(&admin, &config)
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit_code(), 4, "{err}");
+    assert!(err.to_string().contains("ImagePullBackOff"), "{err}");
+    let status = jumppod_host::status::status(&admin, &config).await.unwrap();
+    assert!(
+        status
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::ContainerWaiting { .. })),
+        "{status}"
+    );
 }
 
 /// A namespace being deleted refuses new objects with 403 (the NamespaceLifecycle admission

@@ -10,9 +10,10 @@ use jumppod_host::apply::{self, Outcome};
 use jumppod_host::manifest::Desired;
 use jumppod_host::plan;
 use jumppod_host::{observe, resolve};
-use jumppod_sim::{Fault, NodeSpec, SimConfig};
+use jumppod_sim::{Admission, AdmissionVerdict, Fault, NodeSpec, Sim, SimConfig};
 use rstest::rstest;
 use serde_json::json;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// 1. An empty namespace: namespace, ReplicaSet and Service are created; `resolve` gives
@@ -306,6 +307,91 @@ async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_reason() {
         .unwrap_err();
     assert_eq!(err.exit_code(), 4);
     assert!(err.to_string().contains("Insufficient cpu"), "{err}");
+}
+
+/// 7b. The ReplicaSet controller cannot create the pod (here an admission webhook refuses
+/// every pod): ensure, resolve and status report the ReplicaFailure condition's message
+/// instead of "up to date" and "run jumppod ensure".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_the_replicaset_cannot_create_are_reported_with_the_apis_message() {
+    struct RefusePods;
+    impl Admission for RefusePods {
+        fn review(&self, request: &serde_json::Value) -> AdmissionVerdict {
+            if request["kind"]["kind"] == "Pod" {
+                AdmissionVerdict::deny("pods must come from an approved registry")
+            } else {
+                AdmissionVerdict::allow()
+            }
+        }
+    }
+    let sim = Sim::start(SimConfig {
+        admission: Some(Arc::new(RefusePods)),
+        ..sim_config()
+    })
+    .await
+    .expect("simulator");
+    let config = config("hostname: h");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let report = ensure(&sim, &config).await.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+    let refused = report
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::PodsRefused { .. }))
+        .unwrap_or_else(|| panic!("no finding of refused pods: {report}"));
+    let text = refused.to_string();
+    assert!(
+        text.contains("cannot create its pod (FailedCreate)")
+            && text.contains("pods must come from an approved registry"),
+        "{text}"
+    );
+    assert!(
+        report.to_string().contains(&format!("warning: {text}")),
+        "{report}"
+    );
+    let err = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit_code(), 4);
+    assert!(err.to_string().contains("approved registry"), "{err}");
+    assert!(!err.to_string().contains("run `jumppod ensure`"), "{err}");
+    let status = jumppod_host::status::status(&kube(&sim).await, &config)
+        .await
+        .unwrap();
+    assert!(status.findings.contains(refused), "{status}");
+}
+
+/// 7c. The kubelet cannot pull the image (its registry does not resolve): ensure, resolve and
+/// status report the container's waiting reason and the kubelet's message, not just
+/// "Pending".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
+    let sim = start().await;
+    let config = config("hostname: h\nimage: registry.invalid/sshd:1");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let report = ensure(&sim, &config).await.unwrap();
+    let waiting = report
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::ContainerWaiting { .. }))
+        .unwrap_or_else(|| panic!("no finding of a waiting container: {report}"));
+    let text = waiting.to_string();
+    assert!(
+        text.contains("is waiting: ImagePullBackOff")
+            && text.contains("lookup registry.invalid: no such host"),
+        "{text}"
+    );
+    let err = resolve::resolve(&kube(&sim).await, &config)
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit_code(), 4);
+    assert!(err.to_string().contains("ImagePullBackOff"), "{err}");
+    let status = jumppod_host::status::status(&kube(&sim).await, &config)
+        .await
+        .unwrap();
+    assert!(status.findings.contains(waiting), "{status}");
 }
 
 /// 8a. 50 concurrent `ensure` calls: one ReplicaSet, one Service, no error.

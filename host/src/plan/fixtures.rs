@@ -86,6 +86,27 @@ pub fn pending_unschedulable(name: &str) -> Pod {
     }))
 }
 
+/// A ReplicaSet whose controller cannot create its pod (what a LimitRange answers).
+pub fn refused_rs() -> ReplicaSet {
+    let mut rs = rs(0);
+    rs.status = Some(typed(json!({"replicas": 0, "conditions": [{
+        "type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+        "message": "pods \"dstack-main-ssh-jump-pod-x7k2q\" is forbidden: maximum cpu usage per Container is 100m, but limit is 500m"}]})));
+    rs
+}
+
+/// A scheduled pod whose container waits for `reason`.
+pub fn waiting(name: &str, reason: &str, message: &str) -> Pod {
+    typed(json!({
+        "metadata": {"name": name, "namespace": "dstack", "uid": "p",
+                     "labels": schema::current_labels(NAME, "main")},
+        "spec": {"containers": [{"name": "sshd", "image": "sshd"}], "nodeName": "node-1"},
+        "status": {"phase": "Pending", "containerStatuses": [{"name": "sshd", "image": "sshd",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": reason, "message": message}}}]}
+    }))
+}
+
 pub fn steady() -> Observed {
     Observed {
         namespace_exists: None,

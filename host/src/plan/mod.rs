@@ -23,8 +23,9 @@ use crate::action::{Action, Finding};
 use crate::config::Config;
 use crate::manifest::{self, Desired};
 use crate::objects::{
-    controller_of, is_finished, name_of, node_port, phase_of, phase_text, replicaset_selector,
-    schema_of, selector_text, service_schema, service_selector, unschedulable,
+    containers_waiting, controller_of, is_finished, name_of, node_port, phase_of, phase_text,
+    pods_refused, replicaset_selector, schema_of, selector_text, service_schema, service_selector,
+    unschedulable,
 };
 use jumppod::schema::{self, Schema};
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -76,6 +77,7 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
             } else if let Some(drift) = drift::drift(config, rs) {
                 out.findings.push(drift);
             }
+            out.findings.extend(pods_refused(rs));
         }
     }
 
@@ -186,9 +188,8 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
         if !seen.insert(name_of(&pod.metadata).to_owned()) {
             continue;
         }
-        if let Some(u) = unschedulable(pod) {
-            out.findings.push(u);
-        }
+        out.findings.extend(unschedulable(pod));
+        out.findings.extend(containers_waiting(pod));
     }
     out
 }
@@ -369,6 +370,16 @@ mod tests {
     #[case::a_configured_port_other_than_the_services_is_reported(
         Observed { service: Some(current_svc(30001)), ..steady() },
         Finding::PortDiffers { service: SVC.into(), configured: 31000, actual: Some(30001) })]
+    #[case::pods_the_replicaset_cannot_create_are_reported_with_the_apis_message(
+        Observed { replicaset: Some(refused_rs()), looked_further: true, ..steady() },
+        Finding::PodsRefused { replicaset: NAME.into(), reason: "FailedCreate".into(),
+            message: "pods \"dstack-main-ssh-jump-pod-x7k2q\" is forbidden: maximum cpu usage per Container is 100m, but limit is 500m".into() })]
+    #[case::an_image_that_cannot_be_pulled_is_reported_with_the_kubelets_message(
+        Observed { looked_further: true, replicaset: Some(rs(0)),
+                   pods: vec![waiting("dstack-main-ssh-jump-pod-x7k2q", "ImagePullBackOff",
+                                      "Back-off pulling image \"sshd\"")], ..steady() },
+        Finding::ContainerWaiting { pod: "dstack-main-ssh-jump-pod-x7k2q".into(), container: "sshd".into(),
+            reason: "ImagePullBackOff".into(), message: "Back-off pulling image \"sshd\"".into() })]
     fn reports(#[case] observed: Observed, #[case] expected: Finding) {
         let c = if matches!(expected, Finding::PortDiffers { .. }) {
             config_with("port: 31000")
@@ -382,6 +393,18 @@ mod tests {
             expected,
             plan.findings
         );
+    }
+
+    #[test]
+    fn a_container_that_is_still_being_created_is_not_a_finding() {
+        let observed = Observed {
+            looked_further: true,
+            replicaset: Some(rs(0)),
+            pods: vec![waiting("p", "ContainerCreating", "")],
+            ..steady()
+        };
+        let plan = run(&observed);
+        assert!(plan.findings.is_empty(), "{:#?}", plan.findings);
     }
 
     #[rstest]
