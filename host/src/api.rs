@@ -1,9 +1,10 @@
 //! The Kubernetes client as the host uses it: built the usual way (`--kubeconfig`,
 //! `KUBECONFIG`, `~/.kube/config`, in-cluster; `--context`), every call retried on transient
-//! errors (429 honouring Retry-After, 5xx, timeouts, dropped connections) with backoff within
+//! errors (429 honouring Retry-After, header or Status, 5xx, timeouts, dropped connections) with backoff within
 //! one deadline, permanent errors explained.
 
 use crate::error::HostError;
+use http_body_util::BodyExt as _;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::future::Future;
@@ -63,7 +64,50 @@ pub async fn client(options: &ClientOptions) -> Result<(Client, String), HostErr
     config.read_timeout = Some(options.request_timeout);
     config.connect_timeout = Some(options.request_timeout);
     let namespace = config.default_namespace.clone();
-    Ok((Client::try_from(config)?, namespace))
+    let client = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&tower::util::MapResponseLayer::new(retry_after_as_status))
+        .build();
+    Ok((client, namespace))
+}
+
+/// API Priority and Fairness (and the max-inflight filter) answer 429 with a plain-text body
+/// and a `Retry-After` header, which the kube client does not pass on: such an answer is
+/// turned into the `Status` the apiserver's own 429s carry, with `retryAfterSeconds`, so the
+/// retry waits as long as the server asked. A JSON answer (already a `Status`) is left as is.
+fn retry_after_as_status(
+    response: http::Response<Box<kube::client::DynBody>>,
+) -> http::Response<Box<kube::client::DynBody>> {
+    let is_json = |response: &http::Response<_>| {
+        response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"))
+    };
+    let retry_after = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    let (429, Some(seconds)) = (response.status().as_u16(), retry_after) else {
+        return response;
+    };
+    if is_json(&response) {
+        return response;
+    }
+    let status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": seconds}, "code": 429,
+    });
+    let (mut parts, _) = response.into_parts();
+    parts.headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    let body = http_body_util::Full::new(bytes::Bytes::from(status.to_string()))
+        .map_err(|never| -> tower::BoxError { match never {} });
+    http::Response::from_parts(parts, Box::new(body) as Box<kube::client::DynBody>)
 }
 
 /// A client and the deadline of the current command.
@@ -299,6 +343,67 @@ fn is_precondition_status(s: &kube::core::Status) -> bool {
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    fn answer(
+        content_type: &str,
+        retry_after: Option<&str>,
+        body: &str,
+    ) -> http::Response<Box<kube::client::DynBody>> {
+        let mut builder = http::Response::builder()
+            .status(429)
+            .header(http::header::CONTENT_TYPE, content_type);
+        if let Some(seconds) = retry_after {
+            builder = builder.header(http::header::RETRY_AFTER, seconds);
+        }
+        let body = http_body_util::Full::new(bytes::Bytes::from(body.to_owned()))
+            .map_err(|never| -> tower::BoxError { match never {} });
+        builder
+            .body(Box::new(body) as Box<kube::client::DynBody>)
+            .unwrap()
+    }
+
+    async fn body_of(response: http::Response<Box<kube::client::DynBody>>) -> String {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_plain_text_429_becomes_a_status_with_the_retry_after() {
+        let text = "Too many requests, please try again later.\n";
+        let status: kube::core::Status = serde_json::from_str(
+            &body_of(retry_after_as_status(answer(
+                "text/plain; charset=utf-8",
+                Some("7"),
+                text,
+            )))
+            .await,
+        )
+        .unwrap();
+        assert_eq!(status.code, 429);
+        assert_eq!(status.details.map(|d| d.retry_after_seconds), Some(7));
+    }
+
+    #[rstest]
+    #[case::a_status_already(
+        "application/json",
+        Some("3"),
+        r#"{"kind":"Status","code":429,"message":"storage is (re)initializing"}"#
+    )]
+    #[case::no_retry_after("text/plain", None, "Too many requests")]
+    #[case::an_http_date(
+        "text/plain",
+        Some("Wed, 21 Oct 2026 07:28:00 GMT"),
+        "Too many requests"
+    )]
+    #[tokio::test]
+    async fn other_answers_are_left_as_they_are(
+        #[case] content_type: &str,
+        #[case] retry_after: Option<&str>,
+        #[case] body: &str,
+    ) {
+        let response = retry_after_as_status(answer(content_type, retry_after, body));
+        assert_eq!(body_of(response).await, body);
+    }
 
     #[rstest]
     #[case::rbac_names_the_verb_and_the_rules(

@@ -553,6 +553,26 @@ async fn transient_faults_on_a_first_ensure_are_retried(
     assert_eq!(sim.list("services", Some(NS)).len(), 1);
 }
 
+/// 11a'. A 429 as API Priority and Fairness sends it (plain text, `Retry-After: 2`): the retry
+/// waits the two seconds the server asked for, not the client's 20 ms backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_is_retried_after_the_servers_retry_after() {
+    let sim = start().await;
+    sim.inject(Fault::too_many_requests("GET", "/replicasets/", 2, 1));
+    let started = std::time::Instant::now();
+    ensure(&sim, &config("")).await.unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "retried after {:?}, before the 2 s the server asked for",
+        started.elapsed()
+    );
+    assert_eq!(
+        sim.count(|r| r.method == "GET" && r.path.contains("/replicasets/") && r.status == 429),
+        1
+    );
+    assert_eq!(replicasets(&sim).len(), 1);
+}
+
 /// 11b. Faults on the deletes of the upgrade path: retried; only the named objects go; the
 /// Service comes back on the old port.
 #[rstest]
