@@ -23,7 +23,8 @@ with the current selector on the same NodePort once its pod is gone.
 The cluster is reached the usual way: --kubeconfig, else KUBECONFIG, else ~/.kube/config, else the
 in-cluster service account; --context picks a context. Configuration comes from --config FILE
 (YAML or JSON: namespace, project, hostname, port or proxy_jump{hostname,port}, cpu, memory, image,
-ssh_public_key, node_selector, tolerations, policy_settings) and flags, flags winning.";
+ssh_public_key, node_selector, tolerations, gpu_tolerations, policy_settings) and flags, flags
+winning.";
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -168,6 +169,10 @@ pub struct Target {
     /// Toleration, key[=value][:Effect] (kubectl's taint syntax); repeatable.
     #[arg(long, value_name = "TOLERATION")]
     pub toleration: Vec<String>,
+    /// Tolerate the GPU vendors' taints (nvidia.com/gpu, amd.com/gpu: Exists, NoSchedule), as
+    /// dstack does when every node of the cluster carries a hard taint.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub gpu_tolerations: Option<bool>,
     /// Settings of the cluster's jumppod policy, as JSON (or @FILE).
     #[arg(long, value_name = "JSON")]
     pub policy_settings: Option<String>,
@@ -269,6 +274,7 @@ impl Target {
             ssh_public_key,
             node_selector,
             tolerations,
+            gpu_tolerations: self.gpu_tolerations,
             policy_settings,
         };
         let mut merged = file.overridden_by(flags);

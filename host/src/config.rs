@@ -13,6 +13,7 @@
 //! ssh_public_key: ssh-ed25519 AAAA... dstack-main
 //! node_selector: {kubernetes.io/os: linux}
 //! tolerations: [{key: dedicated, operator: Equal, value: jump, effect: NoSchedule}]
+//! gpu_tolerations: true  # tolerate nvidia.com/gpu and amd.com/gpu taints, as dstack does
 //! policy_settings: {cpu: {minimum: 100m}}
 //! ```
 //! Flags override the file. Every value is validated; an error names the field and the value.
@@ -26,6 +27,10 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+
+/// The taints GPU nodes carry (the NVIDIA and AMD device plugins' convention), which
+/// `gpu_tolerations` tolerates.
+pub const GPU_TAINTS: [&str; 2] = ["nvidia.com/gpu", "amd.com/gpu"];
 
 /// An invalid value, named by its field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +100,11 @@ pub struct RawConfig {
     pub node_selector: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub tolerations: Option<Vec<Toleration>>,
+    /// Tolerate the GPU vendors' taints (`nvidia.com/gpu`, `amd.com/gpu`, `Exists`,
+    /// NoSchedule): dstack turns this on when every node of the cluster carries a hard taint,
+    /// so that the jump pod can run on a GPU-only cluster.
+    #[serde(default)]
+    pub gpu_tolerations: Option<bool>,
     /// The policy settings the cluster's Kubewarden runs the policy with.
     #[serde(default)]
     pub policy_settings: Option<Value>,
@@ -138,6 +148,7 @@ impl RawConfig {
             ssh_public_key: other.ssh_public_key.or(self.ssh_public_key),
             node_selector: other.node_selector.or(self.node_selector),
             tolerations: other.tolerations.or(self.tolerations),
+            gpu_tolerations: other.gpu_tolerations.or(self.gpu_tolerations),
             policy_settings: other.policy_settings.or(self.policy_settings),
         }
     }
@@ -241,7 +252,7 @@ impl RawConfig {
                 return Err(err(&format!("node_selector.{k}"), v, problem));
             }
         }
-        let tolerations = self.tolerations.unwrap_or_default();
+        let mut tolerations = self.tolerations.unwrap_or_default();
         for (i, t) in tolerations.iter().enumerate() {
             let op = t.operator.as_deref().unwrap_or("Equal");
             if !matches!(op, "Equal" | "Exists") {
@@ -259,6 +270,18 @@ impl RawConfig {
                     effect,
                     "must be NoSchedule, PreferNoSchedule or NoExecute",
                 ));
+            }
+        }
+        if self.gpu_tolerations == Some(true) {
+            for key in GPU_TAINTS {
+                if !tolerations.iter().any(|t| t.key.as_deref() == Some(key)) {
+                    tolerations.push(Toleration {
+                        key: Some(key.to_owned()),
+                        operator: Some("Exists".to_owned()),
+                        effect: Some("NoSchedule".to_owned()),
+                        ..Toleration::default()
+                    });
+                }
             }
         }
         let policy_settings = self
@@ -445,6 +468,23 @@ policy_settings: {cpu: {minimum: 200m}}
         assert_eq!(c.port, Some(32000));
         assert_eq!(c.tolerations[0].value.as_deref(), Some("jump"));
         assert_eq!(c.contract.cpu.minimum.text, "200m");
+    }
+
+    #[test]
+    fn gpu_tolerations_add_the_vendors_taints_once() {
+        let c = raw("project: a\ngpu_tolerations: true\ntolerations: [{key: nvidia.com/gpu, operator: Exists}]")
+            .validate("ns")
+            .unwrap();
+        let keys: Vec<_> = c.tolerations.iter().map(|t| t.key.as_deref()).collect();
+        assert_eq!(keys, [Some("nvidia.com/gpu"), Some("amd.com/gpu")]);
+        // The configured toleration is kept as written (it tolerates every effect).
+        assert_eq!(c.tolerations[0].effect, None);
+        assert_eq!(c.tolerations[1].operator.as_deref(), Some("Exists"));
+        assert_eq!(c.tolerations[1].effect.as_deref(), Some("NoSchedule"));
+        let off = raw("project: a\ngpu_tolerations: false")
+            .validate("ns")
+            .unwrap();
+        assert!(off.tolerations.is_empty());
     }
 
     #[test]

@@ -15,12 +15,15 @@ use std::collections::BTreeMap;
 /// The environment variable carrying the project's authorized keys into the container.
 pub const AUTHORIZED_KEYS_ENV: &str = "DSTACK_AUTHORIZED_KEYS";
 
-/// What the container runs: sshd with the project's key, root login by key only.
-pub const SSHD_SCRIPT: &str = "mkdir -p /root/.ssh && chmod 700 /root/.ssh && \
+/// What the container runs, as dstack starts its jump pod: fresh host keys (`ssh-keygen -A`
+/// makes the missing ones), the project's keys as root's authorized keys, sshd in the
+/// foreground with key logins only, local forwarding only (what a jump host needs) and
+/// errors only in its log.
+pub const SSHD_SCRIPT: &str = "ssh-keygen -A && \
+mkdir -p /root/.ssh && chmod 700 /root/.ssh && \
 printf '%s\\n' \"$DSTACK_AUTHORIZED_KEYS\" > /root/.ssh/authorized_keys && \
 chmod 600 /root/.ssh/authorized_keys && \
-sed -i 's/^#*PasswordAuthentication.*/PasswordAuthentication no/' /etc/ssh/sshd_config && \
-exec /usr/sbin/sshd -D -e";
+exec /usr/sbin/sshd -D -e -o PasswordAuthentication=no -o AllowTcpForwarding=local -o LogLevel=ERROR";
 
 /// The three objects of one project's jump pod.
 #[derive(Clone, Debug, PartialEq)]
@@ -172,6 +175,27 @@ mod tests {
         let rs = replicaset(&config);
         let spec = rs.spec.unwrap().template.unwrap().spec.unwrap();
         assert_eq!(jumppod::rules::check(&spec, &Contract::default()), vec![]);
+    }
+
+    #[test]
+    fn the_sshd_script_is_valid_shell_and_starts_sshd_as_dstack_does() {
+        let spec = pod_spec(&Config::for_project("dstack", "main"));
+        let command = spec.containers[0].command.clone().unwrap();
+        assert_eq!(command[..2], ["/bin/sh", "-c"]);
+        // `sh -n` parses without running: a quoting mistake fails here, not in the pod.
+        let parsed = std::process::Command::new("/bin/sh")
+            .args(["-n", "-c", &command[2]])
+            .status()
+            .expect("/bin/sh");
+        assert!(parsed.success(), "{}", command[2]);
+        for part in [
+            "ssh-keygen -A",
+            "PasswordAuthentication=no",
+            "AllowTcpForwarding=local",
+            "LogLevel=ERROR",
+        ] {
+            assert!(command[2].contains(part), "{part} in {}", command[2]);
+        }
     }
 
     #[test]

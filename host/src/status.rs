@@ -12,6 +12,7 @@ use crate::objects::{
 };
 use crate::{observe, plan};
 use jumppod::schema::Schema;
+use k8s_openapi::api::core::v1::Toleration;
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]
@@ -46,6 +47,9 @@ pub struct ReplicaSetStatus {
     pub replicas: i32,
     pub ready_replicas: i32,
     pub selector: String,
+    /// The template's tolerations, as `key operator [value] [effect]` (GPU taints among them
+    /// when `gpu_tolerations` is on).
+    pub tolerations: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -76,6 +80,16 @@ pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0),
         selector: selector_text(&replicaset_selector(rs)),
+        tolerations: rs
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.as_ref())
+            .and_then(|t| t.spec.as_ref())
+            .and_then(|s| s.tolerations.as_ref())
+            .into_iter()
+            .flatten()
+            .map(toleration_text)
+            .collect(),
     });
     let svc = observed.service.as_ref().map(|svc| ServiceStatus {
         name: name_of(&svc.metadata).to_owned(),
@@ -112,6 +126,20 @@ pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
     })
 }
 
+fn toleration_text(t: &Toleration) -> String {
+    [
+        t.key.as_deref().unwrap_or("*"),
+        t.operator.as_deref().unwrap_or("Equal"),
+        t.value.as_deref().unwrap_or(""),
+        t.effect.as_deref().unwrap_or("every effect"),
+    ]
+    .iter()
+    .filter(|part| !part.is_empty())
+    .copied()
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
 fn schema_text(schema: Option<Schema>) -> &'static str {
     schema.map_or("other", Schema::as_str)
 }
@@ -131,8 +159,16 @@ impl std::fmt::Display for Status {
         match &self.replicaset {
             Some(rs) => writeln!(
                 f,
-                "replicaset {}: {}/{} ready, selector {}",
-                rs.name, rs.ready_replicas, rs.replicas, rs.selector
+                "replicaset {}: {}/{} ready, selector {}, tolerations: {}",
+                rs.name,
+                rs.ready_replicas,
+                rs.replicas,
+                rs.selector,
+                if rs.tolerations.is_empty() {
+                    "none".to_owned()
+                } else {
+                    rs.tolerations.join(", ")
+                }
             )?,
             None => writeln!(f, "replicaset: missing")?,
         }

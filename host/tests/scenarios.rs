@@ -10,7 +10,7 @@ use jumppod_host::apply::{self, Outcome};
 use jumppod_host::manifest::Desired;
 use jumppod_host::plan;
 use jumppod_host::{observe, resolve};
-use jumppod_sim::{Admission, AdmissionVerdict, Fault, NodeSpec, Sim, SimConfig};
+use jumppod_sim::{Admission, AdmissionVerdict, Fault, NodeSpec, Sim, SimConfig, Taint};
 use rstest::rstest;
 use serde_json::json;
 use std::sync::Arc;
@@ -392,6 +392,52 @@ async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
         .await
         .unwrap();
     assert!(status.findings.contains(waiting), "{status}");
+}
+
+/// A cluster of one GPU node, tainted as the NVIDIA device plugin's docs advise.
+async fn gpu_cluster() -> Sim {
+    let mut node = NodeSpec::new("gpu-1");
+    node.taints = vec![Taint::new("nvidia.com/gpu", "", "NoSchedule")];
+    Sim::start(SimConfig {
+        nodes: vec![node],
+        ..sim_config()
+    })
+    .await
+    .expect("simulator")
+}
+
+/// 7d. `gpu_tolerations`, as dstack sets it on clusters whose every node is tainted: the pod
+/// tolerates the GPU vendors' taints and is scheduled on a GPU node; status shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
+    let sim = gpu_cluster().await;
+    let tainted = config("hostname: h");
+    ensure(&sim, &tainted).await.unwrap();
+    sim.settle().await;
+    let report = ensure(&sim, &tainted).await.unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::Unschedulable { .. })),
+        "without the tolerations no node takes the pod: {report}"
+    );
+
+    let sim = gpu_cluster().await;
+    let config = config("hostname: h\ngpu_tolerations: true");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    resolve::resolve(&kube(&sim).await, &config).await.unwrap();
+    let status = jumppod_host::status::status(&kube(&sim).await, &config)
+        .await
+        .unwrap();
+    let text = status.to_string();
+    assert!(
+        text.contains(
+            "tolerations: nvidia.com/gpu Exists NoSchedule, amd.com/gpu Exists NoSchedule"
+        ),
+        "{text}"
+    );
 }
 
 /// 8a. 50 concurrent `ensure` calls: one ReplicaSet, one Service, no error.
