@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{config_for, kube_at, without};
+use common::{config_for, kube_at, reported_by_every_command, without};
 use jumppod::schema;
 use jumppod_host::action::{Action, Finding};
 use jumppod_host::api::Kube;
@@ -485,37 +485,22 @@ async fn pods_a_limitrange_refuses_are_reported_with_the_apis_message() {
         .expect("create the LimitRange");
     let config = config_for(ns, "main", "hostname: h");
     ensure(&admin, &config).await.expect("the first ensure");
-    let report = wait_for("the ReplicaSet controller's ReplicaFailure", || async {
+    let refused = |f: &Finding| matches!(f, Finding::PodsRefused { .. });
+    wait_for("the ReplicaSet controller's ReplicaFailure", || async {
         let report = ensure(&admin, &config).await.expect("ensure");
-        report
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::PodsRefused { .. }))
-            .then_some(report)
+        report.findings.iter().any(refused).then_some(())
     })
     .await;
-    let text = report.to_string();
-    assert!(
-        text.contains("cannot create its pod (FailedCreate)")
-            && text.contains("maximum cpu usage per Container is 100m"),
-        "{text}"
-    );
-    let err = jumppod_host::resolve::resolve(&admin, &config)
-        .await
-        .unwrap_err();
-    assert_eq!(err.exit_code(), 4, "{err}");
-    assert!(
-        err.to_string().contains("maximum cpu usage per Container"),
-        "{err}"
-    );
-    let status = jumppod_host::status::status(&admin, &config).await.unwrap();
-    assert!(
-        status
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::PodsRefused { .. })),
-        "{status}"
-    );
+    reported_by_every_command(
+        &admin,
+        &config,
+        refused,
+        &[
+            "cannot create its pod (FailedCreate)",
+            "maximum cpu usage per Container is 100m",
+        ],
+    )
+    .await;
 }
 
 /// The kubelet cannot pull an image whose registry does not resolve (a host under `.invalid`;
@@ -528,34 +513,22 @@ async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
     namespace(&admin, ns).await;
     let config = config_for(ns, "main", "hostname: h\nimage: registry.invalid/sshd:1");
     ensure(&admin, &config).await.expect("the first ensure");
-    let report = wait_for("the kubelet's ImagePullBackOff", || async {
+    let waiting = |f: &Finding| matches!(f, Finding::ContainerWaiting { .. });
+    wait_for("the kubelet's ImagePullBackOff", || async {
         let report = ensure(&admin, &config).await.expect("ensure");
-        report
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::ContainerWaiting { .. }))
-            .then_some(report)
+        report.findings.iter().any(waiting).then_some(())
     })
     .await;
-    let text = report.to_string();
-    assert!(
-        text.contains("is waiting: ImagePullBackOff")
-            && text.contains("lookup registry.invalid: no such host"),
-        "{text}"
-    );
-    let err = jumppod_host::resolve::resolve(&admin, &config)
-        .await
-        .unwrap_err();
-    assert_eq!(err.exit_code(), 4, "{err}");
-    assert!(err.to_string().contains("ImagePullBackOff"), "{err}");
-    let status = jumppod_host::status::status(&admin, &config).await.unwrap();
-    assert!(
-        status
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::ContainerWaiting { .. })),
-        "{status}"
-    );
+    reported_by_every_command(
+        &admin,
+        &config,
+        waiting,
+        &[
+            "is waiting: ImagePullBackOff",
+            "lookup registry.invalid: no such host",
+        ],
+    )
+    .await;
 }
 
 /// A namespace being deleted refuses new objects with 403 (the NamespaceLifecycle admission

@@ -333,33 +333,16 @@ async fn pods_the_replicaset_cannot_create_are_reported_with_the_apis_message() 
     let config = config("hostname: h");
     ensure(&sim, &config).await.unwrap();
     sim.settle().await;
-    let report = ensure(&sim, &config).await.unwrap();
-    assert!(report.applied.is_empty(), "{report}");
-    let refused = report
-        .findings
-        .iter()
-        .find(|f| matches!(f, Finding::PodsRefused { .. }))
-        .unwrap_or_else(|| panic!("no finding of refused pods: {report}"));
-    let text = refused.to_string();
-    assert!(
-        text.contains("cannot create its pod (FailedCreate)")
-            && text.contains("pods must come from an approved registry"),
-        "{text}"
-    );
-    assert!(
-        report.to_string().contains(&format!("warning: {text}")),
-        "{report}"
-    );
-    let err = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap_err();
-    assert_eq!(err.exit_code(), 4);
-    assert!(err.to_string().contains("approved registry"), "{err}");
-    assert!(!err.to_string().contains("run `jumppod ensure`"), "{err}");
-    let status = jumppod_host::status::status(&kube(&sim).await, &config)
-        .await
-        .unwrap();
-    assert!(status.findings.contains(refused), "{status}");
+    reported_by_every_command(
+        &kube(&sim).await,
+        &config,
+        |f| matches!(f, Finding::PodsRefused { .. }),
+        &[
+            "cannot create its pod (FailedCreate)",
+            "pods must come from an approved registry",
+        ],
+    )
+    .await;
 }
 
 /// 7c. The kubelet cannot pull the image (its registry does not resolve): ensure, resolve and
@@ -371,27 +354,16 @@ async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
     let config = config("hostname: h\nimage: registry.invalid/sshd:1");
     ensure(&sim, &config).await.unwrap();
     sim.settle().await;
-    let report = ensure(&sim, &config).await.unwrap();
-    let waiting = report
-        .findings
-        .iter()
-        .find(|f| matches!(f, Finding::ContainerWaiting { .. }))
-        .unwrap_or_else(|| panic!("no finding of a waiting container: {report}"));
-    let text = waiting.to_string();
-    assert!(
-        text.contains("is waiting: ImagePullBackOff")
-            && text.contains("lookup registry.invalid: no such host"),
-        "{text}"
-    );
-    let err = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap_err();
-    assert_eq!(err.exit_code(), 4);
-    assert!(err.to_string().contains("ImagePullBackOff"), "{err}");
-    let status = jumppod_host::status::status(&kube(&sim).await, &config)
-        .await
-        .unwrap();
-    assert!(status.findings.contains(waiting), "{status}");
+    reported_by_every_command(
+        &kube(&sim).await,
+        &config,
+        |f| matches!(f, Finding::ContainerWaiting { .. }),
+        &[
+            "is waiting: ImagePullBackOff",
+            "lookup registry.invalid: no such host",
+        ],
+    )
+    .await;
 }
 
 /// A cluster of one GPU node, tainted as the NVIDIA device plugin's docs advise.

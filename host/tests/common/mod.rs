@@ -187,3 +187,40 @@ pub fn without(verb: &str, resource: &str) -> Vec<Rule> {
         })
         .collect()
 }
+
+/// Why no pod serves, as every command must say it, on either backend: `ensure` reports the
+/// finding `is` picks as a warning, `resolve` fails (exit 4) naming it, `status` lists it, and
+/// its text holds each of `words`. Returns the finding.
+pub async fn reported_by_every_command(
+    kube: &Kube,
+    config: &Config,
+    is: fn(&jumppod_host::action::Finding) -> bool,
+    words: &[&str],
+) -> jumppod_host::action::Finding {
+    let report = jumppod_host::ensure(kube, config, &gate()).await.unwrap();
+    let finding = report
+        .findings
+        .iter()
+        .find(|f| is(f))
+        .unwrap_or_else(|| panic!("not among ensure's findings: {report}"))
+        .clone();
+    let text = finding.to_string();
+    for word in words {
+        assert!(text.contains(word), "{word:?} not in {text}");
+    }
+    assert!(
+        report.to_string().contains(&format!("warning: {text}")),
+        "{report}"
+    );
+    let err = jumppod_host::resolve::resolve(kube, config)
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit_code(), 4, "{err}");
+    for word in words {
+        assert!(err.to_string().contains(word), "{word:?} not in {err}");
+    }
+    assert!(!err.to_string().contains("run `jumppod ensure`"), "{err}");
+    let status = jumppod_host::status::status(kube, config).await.unwrap();
+    assert!(status.findings.contains(&finding), "{status}");
+    finding
+}
