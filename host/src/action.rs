@@ -84,6 +84,9 @@ pub enum Finding {
     BarePodAdoptable { pod: String, adopted: bool },
     /// A running pre-#3891 pod: left alone until it is gone.
     LegacyPodRunning { pod: String, phase: String },
+    /// A pre-#3891 pod terminating and not Ready (its node does not answer): it serves nobody
+    /// and counts as gone, so its Service is replaced on the same NodePort.
+    LegacyPodStranded { pod: String },
     /// The pre-#3891 Service is kept while the pre-#3891 pod runs.
     LegacyServiceKept {
         service: String,
@@ -163,6 +166,10 @@ impl fmt::Display for Finding {
             Finding::LegacyPodRunning { pod, phase } => write!(
                 f,
                 "pre-#3891 pod {pod} is {phase}: left alone until it is gone (its SSH sessions keep working)"
+            ),
+            Finding::LegacyPodStranded { pod } => write!(
+                f,
+                "pre-#3891 pod {pod} is terminating and not Ready (its node does not answer): it serves no SSH session and counts as gone; it is left for its node or the pod GC to remove"
             ),
             Finding::LegacyServiceKept { service, node_port } => write!(
                 f,

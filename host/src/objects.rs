@@ -59,9 +59,12 @@ pub fn is_active(pod: &Pod) -> bool {
 
 /// Running, Ready=True, not being deleted.
 pub fn is_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && phase_of(pod) == "Running"
-        && condition(pod, "Ready").is_some_and(|(status, _, _)| status == "True")
+    pod.metadata.deletion_timestamp.is_none() && phase_of(pod) == "Running" && ready_condition(pod)
+}
+
+/// The pod's Ready condition is True (whether or not it is being deleted).
+pub fn ready_condition(pod: &Pod) -> bool {
+    condition(pod, "Ready").is_some_and(|(status, _, _)| status == "True")
 }
 
 /// `(status, reason, message)` of a pod condition.

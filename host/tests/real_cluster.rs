@@ -20,7 +20,7 @@ use jumppod_host::manifest::Desired;
 use jumppod_host::rbac::{self, RULES, Rule};
 use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Node, Pod, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -466,6 +466,74 @@ async fn the_printed_rbac_rules_are_enough_and_a_missing_verb_is_named() {
     let proxy = resolves(&user, &config).await.proxy;
     assert_eq!(proxy.hostname, "127.0.0.1");
     jumppod_host::status::status(&user, &config).await.unwrap();
+}
+
+/// A pre-#3891 pod on a node whose kubelet never answers stays terminating once deleted (the
+/// real API server keeps a bound pod until its kubelet confirms the deletion): it must not pin
+/// the old Service, which ensure replaces on the same NodePort; the pod itself is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_3891_pod_left_terminating_on_a_dead_node_does_not_pin_the_old_service() {
+    let admin = admin().await;
+    let ns = "rc-stranded";
+    namespace(&admin, ns).await;
+    // A node no kubelet plays; unschedulable, so that no other test's pod lands on it.
+    let nodes: Api<Node> = Api::all(admin.client.clone());
+    let dead = "rc-dead-node";
+    nodes
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": dead}, "spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("create the node");
+    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
+    let old = json!({
+        "metadata": {"name": NAME, "labels": schema::legacy_selector(NAME)},
+        "spec": {"nodeName": dead, "restartPolicy": "Never",
+                 "containers": [{"name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE}]}
+    });
+    pods.create(&PostParams::default(), &typed(old))
+        .await
+        .expect("create the old pod");
+    old_service(&admin, ns, 30931).await;
+    pods.delete(NAME, &DeleteParams::default())
+        .await
+        .expect("delete the old pod");
+    let pod = pods
+        .get(NAME)
+        .await
+        .expect("no kubelet confirms: the pod stays");
+    assert!(pod.metadata.deletion_timestamp.is_some());
+
+    let config = config_for(ns, "main", "");
+    let report = ensure(&admin, &config).await.expect("ensure");
+    assert!(
+        report
+            .findings
+            .contains(&Finding::LegacyPodStranded { pod: NAME.into() }),
+        "{report}"
+    );
+    let services: Api<Service> = Api::namespaced(admin.client.clone(), ns);
+    let svc = services.get(SVC).await.expect("the Service");
+    let spec = svc.spec.expect("a spec");
+    assert_eq!(
+        spec.ports.unwrap()[0].node_port,
+        Some(30931),
+        "the same NodePort"
+    );
+    assert_eq!(
+        spec.selector.unwrap_or_default(),
+        schema::current_selector(NAME),
+        "the current selector"
+    );
+    assert!(
+        pods.get(NAME).await.is_ok(),
+        "the stranded pod is left alone"
+    );
+    nodes
+        .delete(dead, &DeleteParams::default())
+        .await
+        .expect("delete the node (the pod GC then removes its pod)");
 }
 
 /// The real ReplicaSet controller cannot create the pod when a LimitRange caps cpu below the

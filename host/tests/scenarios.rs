@@ -412,6 +412,39 @@ async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
     );
 }
 
+/// 7e. A pre-#3891 pod left terminating and not Ready on a node that stopped answering (the
+/// pod may stay so for hours) does not pin the old Service: ensure replaces it with the current
+/// selector on the same NodePort, and leaves the pod itself alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service() {
+    let sim = start().await;
+    namespace(&sim, NS);
+    let mut pod = seed_bare_pod(&sim, "Running", false);
+    pod["metadata"]["deletionTimestamp"] = json!("2026-11-30T10:00:00Z");
+    pod["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"},
+        {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]);
+    sim.seed(pod);
+    seed_service(&sim, 30225, false);
+    let report = ensure(&sim, &config("")).await.unwrap();
+    assert!(
+        report
+            .findings
+            .contains(&Finding::LegacyPodStranded { pod: NAME.into() }),
+        "{report}"
+    );
+    let svc = service(&sim);
+    assert_eq!(node_port(&svc), 30225);
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
+    let pod = sim
+        .get("pods", Some(NS), NAME)
+        .expect("the stranded pod is left alone");
+    assert!(pod["metadata"]["deletionTimestamp"].is_string());
+}
+
 /// 8a. 50 concurrent `ensure` calls: one ReplicaSet, one Service, no error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {

@@ -69,6 +69,16 @@ pub fn bare_pod(phase: &str, current: bool) -> Pod {
     }))
 }
 
+/// The pod being deleted; `ready`: its Ready condition (False once the node-lifecycle
+/// controller has seen its node stop answering).
+pub fn terminating(mut pod: Pod, ready: bool) -> Pod {
+    pod.metadata.deletion_timestamp = Some(typed(json!("2026-11-30T10:00:00Z")));
+    let status = if ready { "True" } else { "False" };
+    pod.status = Some(typed(json!({"phase": "Running",
+        "conditions": [{"type": "Ready", "status": status}]})));
+    pod
+}
+
 pub fn owned(mut pod: Pod, kind: &str, owner: &str) -> Pod {
     pod.metadata.owner_references = Some(vec![typed(json!({
         "apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": "o", "controller": true

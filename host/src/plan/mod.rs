@@ -24,8 +24,8 @@ use crate::config::Config;
 use crate::manifest::{self, Desired};
 use crate::objects::{
     containers_waiting, controller_of, is_finished, name_of, node_port, phase_of, phase_text,
-    pods_refused, replicaset_selector, schema_of, selector_text, service_schema, service_selector,
-    unschedulable,
+    pods_refused, ready_condition, replicaset_selector, schema_of, selector_text, service_schema,
+    service_selector, unschedulable,
 };
 use jumppod::schema::{self, Schema};
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -104,6 +104,14 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
             out.findings.push(Finding::BarePodAdoptable {
                 pod: pod_name.to_owned(),
                 adopted: owner.is_some(),
+            });
+        } else if pod.metadata.deletion_timestamp.is_some() && !ready_condition(pod) {
+            // Terminating and not Ready: the node does not answer (the node-lifecycle controller
+            // marks its pods not Ready), so the pod may stay terminating for hours. The
+            // endpoints controller already took it out of the Service: it serves nobody and
+            // must not pin the old Service.
+            out.findings.push(Finding::LegacyPodStranded {
+                pod: pod_name.to_owned(),
             });
         } else {
             legacy_pod_active = true;
@@ -285,6 +293,14 @@ mod tests {
                    bare_pod: Some(bare_pod("Failed", false)), ..steady() },
         &["delete pod dstack-main-ssh-jump-pod", "delete service dstack-main-ssh-jump-pod-service",
           "create service on Some(30555)"])]
+    #[case::a_pre_3891_pod_terminating_on_a_dead_node_no_longer_pins_its_service(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)),
+                   bare_pod: Some(terminating(bare_pod("Running", false), false)), ..steady() },
+        &["delete service dstack-main-ssh-jump-pod-service", "create service on Some(30555)"])]
+    #[case::a_pre_3891_pod_terminating_gracefully_and_still_ready_keeps_its_service(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)),
+                   bare_pod: Some(terminating(bare_pod("Running", false), true)), ..steady() },
+        &[])]
     #[case::an_old_service_is_never_replaced_without_a_look_at_the_bare_pod(
         Observed { looked_further: false, service: Some(legacy_svc(30555)), ..steady() }, &[])]
     #[case::a_service_with_a_foreign_selector_is_left_alone(
@@ -355,6 +371,10 @@ mod tests {
         Observed { looked_further: true, service: Some(legacy_svc(30555)),
                    bare_pod: Some(bare_pod("Running", false)), ..steady() },
         Finding::LegacyServiceKept { service: SVC.into(), node_port: Some(30555) })]
+    #[case::a_pre_3891_pod_terminating_on_a_dead_node_is_reported_as_gone(
+        Observed { looked_further: true, service: Some(legacy_svc(30555)),
+                   bare_pod: Some(terminating(bare_pod("Running", false), false)), ..steady() },
+        Finding::LegacyPodStranded { pod: NAME.into() })]
     #[case::a_bare_pod_with_current_labels_is_reported_as_adoptable(
         Observed { looked_further: true, bare_pod: Some(bare_pod("Running", true)), ..steady() },
         Finding::BarePodAdoptable { pod: NAME.into(), adopted: false })]
