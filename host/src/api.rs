@@ -77,24 +77,19 @@ pub async fn client(options: &ClientOptions) -> Result<(Client, String), HostErr
 fn retry_after_as_status(
     response: http::Response<Box<kube::client::DynBody>>,
 ) -> http::Response<Box<kube::client::DynBody>> {
-    let is_json = |response: &http::Response<_>| {
-        response
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"))
-    };
     let retry_after = response
         .headers()
         .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok());
-    let (429, Some(seconds)) = (response.status().as_u16(), retry_after) else {
+    let is_json = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let (429, Some(seconds), false) = (response.status().as_u16(), retry_after, is_json) else {
         return response;
     };
-    if is_json(&response) {
-        return response;
-    }
     let status = serde_json::json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
@@ -105,9 +100,14 @@ fn retry_after_as_status(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
-    let body = http_body_util::Full::new(bytes::Bytes::from(status.to_string()))
+    http::Response::from_parts(parts, body(status.to_string()))
+}
+
+/// A response body of the client stack's type, holding `text`.
+fn body(text: String) -> Box<kube::client::DynBody> {
+    let full = http_body_util::Full::new(bytes::Bytes::from(text))
         .map_err(|never| -> tower::BoxError { match never {} });
-    http::Response::from_parts(parts, Box::new(body) as Box<kube::client::DynBody>)
+    Box::new(full)
 }
 
 /// A client and the deadline of the current command.
@@ -355,11 +355,7 @@ mod tests {
         if let Some(seconds) = retry_after {
             builder = builder.header(http::header::RETRY_AFTER, seconds);
         }
-        let body = http_body_util::Full::new(bytes::Bytes::from(body.to_owned()))
-            .map_err(|never| -> tower::BoxError { match never {} });
-        builder
-            .body(Box::new(body) as Box<kube::client::DynBody>)
-            .unwrap()
+        builder.body(super::body(body.to_owned())).unwrap()
     }
 
     async fn body_of(response: http::Response<Box<kube::client::DynBody>>) -> String {

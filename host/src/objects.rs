@@ -4,7 +4,7 @@
 use crate::action::Finding;
 use jumppod::schema::{self, Schema};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Service};
 use std::collections::BTreeMap;
 
 pub fn selector_text(sel: &BTreeMap<String, String>) -> String {
@@ -100,6 +100,11 @@ pub fn unschedulable(pod: &Pod) -> Option<Finding> {
         .to_owned(),
         message: message.to_owned(),
     })
+}
+
+/// The pod spec of a ReplicaSet's template.
+pub fn template_spec(rs: &ReplicaSet) -> Option<&PodSpec> {
+    rs.spec.as_ref()?.template.as_ref()?.spec.as_ref()
 }
 
 /// The ReplicaSet controller's verdict when it cannot create pods: its `ReplicaFailure`

@@ -8,7 +8,7 @@ use crate::error::HostError;
 use crate::manifest::Desired;
 use crate::objects::{
     controller_of, is_ready, name_of, node_port, phase_of, replicaset_selector, schema_of,
-    selector_text, service_schema, service_selector,
+    selector_text, service_schema, service_selector, template_spec,
 };
 use crate::{observe, plan};
 use jumppod::schema::Schema;
@@ -80,11 +80,7 @@ pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0),
         selector: selector_text(&replicaset_selector(rs)),
-        tolerations: rs
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.as_ref())
-            .and_then(|t| t.spec.as_ref())
+        tolerations: template_spec(rs)
             .and_then(|s| s.tolerations.as_ref())
             .into_iter()
             .flatten()

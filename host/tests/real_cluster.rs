@@ -70,6 +70,23 @@ where
     }
 }
 
+/// Waits until `ensure` finds what `is` picks (a controller or the kubelet writes it
+/// asynchronously), then checks that every command reports it with `words`.
+async fn once_seen_reported_by_every_command(
+    kube: &Kube,
+    config: &Config,
+    what: &str,
+    is: fn(&Finding) -> bool,
+    words: &[&str],
+) {
+    wait_for(what, || async {
+        let report = ensure(kube, config).await.expect("ensure");
+        report.findings.iter().any(is).then_some(())
+    })
+    .await;
+    reported_by_every_command(kube, config, is, words).await;
+}
+
 fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("a valid object")
 }
@@ -553,16 +570,11 @@ async fn pods_a_limitrange_refuses_are_reported_with_the_apis_message() {
         .expect("create the LimitRange");
     let config = config_for(ns, "main", "hostname: h");
     ensure(&admin, &config).await.expect("the first ensure");
-    let refused = |f: &Finding| matches!(f, Finding::PodsRefused { .. });
-    wait_for("the ReplicaSet controller's ReplicaFailure", || async {
-        let report = ensure(&admin, &config).await.expect("ensure");
-        report.findings.iter().any(refused).then_some(())
-    })
-    .await;
-    reported_by_every_command(
+    once_seen_reported_by_every_command(
         &admin,
         &config,
-        refused,
+        "the ReplicaSet controller's ReplicaFailure",
+        |f| matches!(f, Finding::PodsRefused { .. }),
         &[
             "cannot create its pod (FailedCreate)",
             "maximum cpu usage per Container is 100m",
@@ -581,16 +593,11 @@ async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
     namespace(&admin, ns).await;
     let config = config_for(ns, "main", "hostname: h\nimage: registry.invalid/sshd:1");
     ensure(&admin, &config).await.expect("the first ensure");
-    let waiting = |f: &Finding| matches!(f, Finding::ContainerWaiting { .. });
-    wait_for("the kubelet's ImagePullBackOff", || async {
-        let report = ensure(&admin, &config).await.expect("ensure");
-        report.findings.iter().any(waiting).then_some(())
-    })
-    .await;
-    reported_by_every_command(
+    once_seen_reported_by_every_command(
         &admin,
         &config,
-        waiting,
+        "the kubelet's ImagePullBackOff",
+        |f| matches!(f, Finding::ContainerWaiting { .. }),
         &[
             "is waiting: ImagePullBackOff",
             "lookup registry.invalid: no such host",

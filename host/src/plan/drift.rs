@@ -6,7 +6,7 @@
 use crate::action::{Difference, Finding};
 use crate::config::Config;
 use crate::manifest::{self, AUTHORIZED_KEYS_ENV};
-use crate::objects::selector_text;
+use crate::objects::{selector_text, template_spec};
 use jumppod::quantity::Quantity;
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -18,12 +18,7 @@ pub fn drift(config: &Config, rs: &ReplicaSet) -> Option<Finding> {
     let container_name = schema::container_name(name);
     let wanted = manifest::pod_spec(config);
     let wanted_c = &wanted.containers[0];
-    let found_spec: PodSpec = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.as_ref())
-        .and_then(|t| t.spec.clone())
-        .unwrap_or_default();
+    let found_spec: PodSpec = template_spec(rs).cloned().unwrap_or_default();
     let mut differences = Vec::new();
     let mut commands = Vec::new();
     let ns = &config.namespace;
