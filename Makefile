@@ -13,7 +13,7 @@ export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
 export JUMPPOD_ACCEPT_ALL_WASM := $(ACCEPT_ALL_WASM)
 CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
 
-.PHONY: all setup kubectl policy accept-all test lint fmt unit demo bench e2e-kwctl clean controlplane controlplane-check cluster-up
+.PHONY: all setup kubectl sshd policy accept-all test lint fmt unit demo bench e2e-kwctl clean controlplane controlplane-check cluster-up
 
 all: policy
 
@@ -29,6 +29,14 @@ kubectl:
 	  echo "kubectl not found: installing Debian's kubernetes-client (the simulator's kubectl tests use it)"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kubernetes-client >/dev/null; \
 	  else echo "run as root or install kubectl yourself (apt-get install kubernetes-client)" >&2; exit 1; fi; }
+
+## sshd: the jump pod's start script is tested under a real OpenSSH sshd (host/tests/sshd.rs,
+## in namespaces of its own: root, unshare, ip), from Debian's openssh-server
+sshd:
+	@{ test -x /usr/sbin/sshd && command -v ip >/dev/null 2>&1; } || { \
+	  echo "sshd or ip not found: installing Debian's openssh-server and iproute2 (host/tests/sshd.rs runs a real sshd)"; \
+	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq openssh-server iproute2 || { apt-get update -qq && apt-get install -y -qq openssh-server iproute2; }; } >/dev/null; \
+	  else echo "run as root or install openssh-server and iproute2 yourself" >&2; exit 1; fi; }
 
 ## policy: build the Kubewarden policy (policy.wasm at the top of the repo)
 policy: policy.wasm
@@ -56,7 +64,7 @@ lint: setup
 ## control plane (started once, around the whole run; tests/real_cluster.rs needs it), then
 ## one line that adds up every test binary's result. The policy Wasm is built first: the tests
 ## load it.
-unit: policy kubectl $(CONTROLPLANE)
+unit: policy kubectl sshd $(CONTROLPLANE)
 	set -o pipefail; $(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
 	  $(CARGO) test --workspace --features jumppod-host/real-cluster --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log

@@ -24,7 +24,7 @@ The cluster is reached the usual way: --kubeconfig, else KUBECONFIG, else ~/.kub
 in-cluster service account; --context picks a context. Configuration comes from --config FILE
 (YAML or JSON: namespace, project, hostname, port or proxy_jump{hostname,port}, cpu, memory, image,
 ssh_public_key, node_selector, tolerations, gpu_tolerations, policy_settings) and flags, flags
-winning.";
+winning. Users' keys (`jumppod keys`) live in a Secret the pod mounts, so a replaced pod keeps them.";
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -96,6 +96,15 @@ pub enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Add, remove or list users' SSH keys. They are kept in the Secret
+    /// <name>-authorized-keys, which the jump pod mounts: a replacement pod has them from its
+    /// start, the running pod within about 70 seconds (the kubelet's sync, then the pod's
+    /// 10-second merge). Each is restricted as dstack restricts a job's user: command="/bin/false",
+    /// so it can jump (ssh -J) but not open a shell.
+    Keys {
+        #[command(subcommand)]
+        action: KeysAction,
+    },
     /// Print the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding with
     /// exactly the verbs jumppod uses.
     Rbac {
@@ -127,6 +136,65 @@ pub enum Command {
         )]
         policy: PathBuf,
     },
+}
+
+#[derive(Subcommand)]
+pub enum KeysAction {
+    /// Authorize a user's public key (idempotent: the same key under the same name writes
+    /// nothing).
+    Add {
+        #[command(flatten)]
+        project: Project,
+        /// The public key (`ssh-ed25519 AAAA... comment`), or - to read it from stdin.
+        #[arg(value_name = "KEY", required_unless_present = "key_file")]
+        key: Option<String>,
+        /// Read the public key from a file (the .pub file).
+        #[arg(long, value_name = "FILE", conflicts_with = "key")]
+        key_file: Option<PathBuf>,
+        /// Name of the key's entry in the Secret (default: key- and 16 hex digits of its
+        /// fingerprint); another key under the same name replaces it.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Remove a key, by its entry name or the key itself (idempotent: an absent key is
+    /// reported, not an error).
+    Remove {
+        #[command(flatten)]
+        project: Project,
+        /// The entry name (see `jumppod keys list`) or the public key.
+        #[arg(value_name = "NAME|KEY")]
+        key: String,
+    },
+    /// List the keys: entry name, fingerprint (as `ssh-keygen -l` prints it), comment.
+    List {
+        #[command(flatten)]
+        project: Project,
+    },
+}
+
+/// Which project's jump pod (without how it should look).
+#[derive(Args, Clone, Default)]
+pub struct Project {
+    /// YAML or JSON configuration file (its namespace and project are used); flags override it.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Namespace of the jump pod (default: the file's, else the kubeconfig context's).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// dstack project: the jump pod is dstack-<project>-ssh-jump-pod.
+    #[arg(long, short = 'p')]
+    pub project: Option<String>,
+}
+
+impl Project {
+    pub fn target(&self) -> Target {
+        Target {
+            config: self.config.clone(),
+            namespace: self.namespace.clone(),
+            project: self.project.clone(),
+            ..Target::default()
+        }
+    }
 }
 
 /// Which jump pod, and how it should look.

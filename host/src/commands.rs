@@ -3,7 +3,7 @@
 use crate::api::{self, ClientOptions, Kube};
 #[cfg(feature = "wasm")]
 use crate::cli::json_arg;
-use crate::cli::{Cli, Command, Global, Output, Target};
+use crate::cli::{Cli, Command, Global, KeysAction, Output, Target};
 use crate::config::{self, ConfigError};
 use crate::error::HostError;
 use crate::gate::Gate;
@@ -58,14 +58,6 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
         Command::Ensure { target, policy } => {
             let gate = Gate::for_flag(policy)?;
             let (kube, config) = connect(&cli.global, &target).await?;
-            if config.ssh_public_key.is_none() {
-                return Err(ConfigError {
-                    field: "ssh_public_key".into(),
-                    value: String::new(),
-                    problem: "is required by ensure: the project's SSH public key, authorized in the jump pod (--ssh-public-key, --ssh-public-key-file or ssh_public_key in the file)".into(),
-                }
-                .into());
-            }
             printer.print(&crate::ensure(&kube, &config, &gate).await?)
         }
         Command::Resolve { target } => {
@@ -76,6 +68,7 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             let (kube, config) = connect(&cli.global, &target).await?;
             printer.print(&status::status(&kube, &config).await?)
         }
+        Command::Keys { action } => keys(&cli.global, &printer, action).await,
         Command::Rbac {
             namespace,
             service_account,
@@ -122,6 +115,51 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             }
             Ok(())
         }
+    }
+}
+
+async fn keys(global: &Global, printer: &Printer, action: KeysAction) -> Result<(), HostError> {
+    let change = match &action {
+        KeysAction::Add {
+            key,
+            key_file,
+            name,
+            ..
+        } => {
+            let text = match (key.as_deref(), key_file) {
+                (Some("-"), _) => {
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(
+                        |e| ConfigError {
+                            field: "KEY".into(),
+                            value: "-".into(),
+                            problem: format!("cannot read stdin: {e}"),
+                        },
+                    )?;
+                    text
+                }
+                (Some(k), _) => k.to_owned(),
+                (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| ConfigError {
+                    field: "--key-file".into(),
+                    value: path.display().to_string(),
+                    problem: format!("cannot read it: {e}"),
+                })?,
+                (None, None) => String::new(),
+            };
+            Some(crate::keys::Change::add(&text, name.as_deref())?)
+        }
+        KeysAction::Remove { key, .. } => Some(crate::keys::Change::remove(key)?),
+        KeysAction::List { .. } => None,
+    };
+    let project = match &action {
+        KeysAction::Add { project, .. }
+        | KeysAction::Remove { project, .. }
+        | KeysAction::List { project } => project,
+    };
+    let (kube, config) = connect(global, &project.target()).await?;
+    match change {
+        Some(change) => printer.print(&crate::keys::change(&kube, &config, &change).await?),
+        None => printer.print(&crate::keys::list(&kube, &config).await?),
     }
 }
 

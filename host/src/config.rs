@@ -363,18 +363,7 @@ fn ssh_key(text: String) -> Result<String, ConfigError> {
         return Err(err("ssh_public_key", "", "must not be empty"));
     }
     for line in key.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let kind = line.split_whitespace().next().unwrap_or_default();
-        let known = kind.starts_with("ssh-")
-            || kind.starts_with("ecdsa-sha2-")
-            || kind.starts_with("sk-ssh-")
-            || kind.starts_with("sk-ecdsa-");
-        if !known || line.split_whitespace().count() < 2 || line.contains('\'') {
-            return Err(err(
-                "ssh_public_key",
-                line,
-                "is not an OpenSSH public key (`ssh-ed25519 AAAA... comment`)",
-            ));
-        }
+        crate::keys::PublicKey::parse("ssh_public_key", line)?;
     }
     Ok(key)
 }
@@ -457,7 +446,7 @@ project: main
 proxy_jump: {hostname: 203.0.113.10, port: 32000}
 cpu: "1"
 memory: 512Mi
-ssh_public_key: ssh-ed25519 AAAAC3Nza main
+ssh_public_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGp1bXBwb2QgdGVzdCBrZXk6IHByb2plY3QgbWFpbi4u main
 node_selector: {pool: jump}
 tolerations: [{key: dedicated, operator: Equal, value: jump, effect: NoSchedule}]
 policy_settings: {cpu: {minimum: 200m}}

@@ -4,7 +4,7 @@
 use crate::action::Finding;
 use crate::api::Kube;
 use crate::apply::{Applied, Outcome, apply};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::error::HostError;
 use crate::gate::Gate;
 use crate::manifest::Desired;
@@ -68,6 +68,16 @@ impl std::fmt::Display for EnsureReport {
 /// errors.
 #[tracing::instrument(name = "ensure", skip_all, fields(namespace = %config.namespace, jump_pod = %config.name))]
 pub async fn ensure(kube: &Kube, config: &Config, gate: &Gate) -> Result<EnsureReport, HostError> {
+    // Without the project's key the pod's authorized_keys would hold only user keys, which
+    // cannot open a shell: the dstack server could not reach its own jump pod.
+    if config.ssh_public_key.is_none() {
+        return Err(ConfigError {
+            field: "ssh_public_key".into(),
+            value: String::new(),
+            problem: "is required by ensure: the project's SSH public key, authorized for root in the jump pod (--ssh-public-key, --ssh-public-key-file or ssh_public_key in the file)".into(),
+        }
+        .into());
+    }
     let desired = Desired::from_config(config);
     let observed = observe::for_ensure(kube, config).await?;
     let plan = plan::plan(config, &desired, &observed);

@@ -16,6 +16,7 @@ pub mod error;
 #[cfg(feature = "wasm")]
 pub mod eval;
 pub mod gate;
+pub mod keys;
 pub mod manifest;
 pub mod objects;
 pub mod observe;

@@ -5,7 +5,8 @@ use jumppod::schema;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, Namespace, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    ResourceRequirements, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -15,15 +16,52 @@ use std::collections::BTreeMap;
 /// The environment variable carrying the project's authorized keys into the container.
 pub const AUTHORIZED_KEYS_ENV: &str = "DSTACK_AUTHORIZED_KEYS";
 
+/// Where the pod mounts the project's authorized-keys Secret (read-only, one file per key).
+pub const KEYS_MOUNT: &str = "/etc/ssh/jumppod/keys";
+/// The file the start script merges the Secret's keys into, which sshd reads beside root's own
+/// `~/.ssh/authorized_keys`.
+pub const KEYS_FILE: &str = "/etc/ssh/jumppod/authorized_keys";
+/// The pod's volume of the authorized-keys Secret.
+pub const KEYS_VOLUME: &str = "authorized-keys";
+/// How often the running pod merges the mounted Secret again, in seconds.
+pub const KEYS_MERGE_SECONDS: u32 = 10;
+
+/// The Secret holding the users' keys of a jump pod, `<name>-authorized-keys`.
+pub fn keys_secret_name(name: &str) -> String {
+    format!("{name}-authorized-keys")
+}
+
 /// What the container runs, as dstack starts its jump pod: fresh host keys (`ssh-keygen -A`
 /// makes the missing ones), the project's keys as root's authorized keys, sshd in the
-/// foreground with key logins only, local forwarding only (what a jump host needs) and
+/// foreground with key logins only (keyboard-interactive off too: with PAM it would ask for a
+/// password), local forwarding only (what a jump host needs) and
 /// errors only in its log.
-pub const SSHD_SCRIPT: &str = "ssh-keygen -A && \
-mkdir -p /root/.ssh && chmod 700 /root/.ssh && \
-printf '%s\\n' \"$DSTACK_AUTHORIZED_KEYS\" > /root/.ssh/authorized_keys && \
-chmod 600 /root/.ssh/authorized_keys && \
-exec /usr/sbin/sshd -D -e -o PasswordAuthentication=no -o AllowTcpForwarding=local -o LogLevel=ERROR";
+///
+/// The users' keys come from the Secret mounted at [`KEYS_MOUNT`], so that a replacement pod
+/// has them from its start. They are copied into [`KEYS_FILE`] rather than read in place:
+/// sshd's StrictModes refuses a file reached through the kubelet's `..data` symlinks unless
+/// every directory on the way is root's and not group-writable, which the copy guarantees.
+/// The kubelet refreshes a mounted Secret on its periodic sync; the loop merges again every
+/// [`KEYS_MERGE_SECONDS`], replacing the file atomically (`mv`), so a removed key stops working
+/// in the running pod too. Keys appended to `~/.ssh/authorized_keys` over SSH (what dstack
+/// does per job) keep working until the pod is replaced.
+pub const SSHD_SCRIPT: &str = r#"set -e
+ssh-keygen -A
+mkdir -p /root/.ssh /etc/ssh/jumppod
+chmod 700 /root/.ssh
+printf '%s\n' "$DSTACK_AUTHORIZED_KEYS" > /root/.ssh/authorized_keys
+chmod 600 /root/.ssh/authorized_keys
+merge() {
+  for f in /etc/ssh/jumppod/keys/*; do
+    if [ -f "$f" ]; then cat "$f"; echo; fi
+  done > /etc/ssh/jumppod/authorized_keys.new
+  chmod 644 /etc/ssh/jumppod/authorized_keys.new
+  mv -f /etc/ssh/jumppod/authorized_keys.new /etc/ssh/jumppod/authorized_keys
+}
+merge
+(set +e; while sleep 10; do merge; done) &
+exec /usr/sbin/sshd -D -e -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -o AllowTcpForwarding=local -o LogLevel=ERROR -o "AuthorizedKeysFile=.ssh/authorized_keys /etc/ssh/jumppod/authorized_keys"
+"#;
 
 /// The three objects of one project's jump pod.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,7 +119,7 @@ pub fn pod_spec(config: &Config) -> PodSpec {
             command: Some(vec!["/bin/sh".into(), "-c".into(), SSHD_SCRIPT.into()]),
             env: Some(vec![EnvVar {
                 name: AUTHORIZED_KEYS_ENV.into(),
-                value: Some(config.ssh_public_key.clone().unwrap_or_default()),
+                value: config.ssh_public_key.clone(),
                 value_from: None,
             }]),
             ports: Some(vec![ContainerPort {
@@ -99,8 +137,26 @@ pub fn pod_spec(config: &Config) -> PodSpec {
                 ..Probe::default()
             }),
             resources: Some(resources(config)),
+            volume_mounts: Some(vec![VolumeMount {
+                name: KEYS_VOLUME.into(),
+                mount_path: KEYS_MOUNT.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            }]),
             ..Container::default()
         }],
+        // Optional: the pod starts before any user key exists; the kubelet mounts the Secret
+        // once `jumppod keys add` creates it.
+        volumes: Some(vec![Volume {
+            name: KEYS_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(keys_secret_name(name)),
+                optional: Some(true),
+                default_mode: Some(0o444),
+                items: None,
+            }),
+            ..Volume::default()
+        }]),
         restart_policy: Some("Always".into()),
         node_selector: (!config.node_selector.is_empty()).then(|| config.node_selector.clone()),
         tolerations: (!config.tolerations.is_empty()).then(|| config.tolerations.clone()),

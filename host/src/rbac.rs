@@ -5,6 +5,7 @@
 //! | replicasets (apps) | get, create | ensure |
 //! | services | get, create, delete | ensure (delete: the pre-#3891 Service), resolve, status |
 //! | pods | get, list, delete | ensure (get/delete: the legacy pod), resolve, status |
+//! | secrets | get, create, patch | keys (the users' keys, `<name>-authorized-keys`) |
 //! | namespaces (cluster) | get, create | ensure when the namespace may be missing, status |
 //! | nodes (cluster) | get, list | resolve without `hostname` |
 //!
@@ -40,6 +41,15 @@ pub const RULES: &[Rule] = &[
         group: "",
         resource: "pods",
         verbs: &["get", "list", "delete"],
+        cluster: false,
+    },
+    // Write access to the keys is root-free SSH access to the jump host: kept on Secrets,
+    // whose access operators already guard. The pods mount the Secret; the host never reads
+    // other Secrets, but RBAC cannot name objects for create.
+    Rule {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "create", "patch"],
         cluster: false,
     },
     Rule {
@@ -142,6 +152,8 @@ mod tests {
             docs[1]["rules"][0],
             json!({"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "create"]})
         );
-        assert!(!text.contains("watch") && !text.contains("update") && !text.contains("patch"));
+        assert!(!text.contains("watch") && !text.contains("update"));
+        // patch only on secrets: the keys' entries are changed one by one.
+        assert_eq!(text.matches("patch").count(), 1, "{text}");
     }
 }

@@ -5,6 +5,7 @@ use crate::action::{Action, Finding};
 use crate::api::Kube;
 use crate::config::Config;
 use crate::error::HostError;
+use crate::keys::{self, KeyList};
 use crate::manifest::Desired;
 use crate::objects::{
     controller_of, is_ready, name_of, node_port, phase_of, replicaset_selector, schema_of,
@@ -60,6 +61,8 @@ pub struct Status {
     pub replicaset: Option<ReplicaSetStatus>,
     pub service: Option<ServiceStatus>,
     pub pods: Vec<PodStatus>,
+    /// The users' keys the pod mounts (`jumppod keys`).
+    pub authorized_keys: KeyList,
     pub findings: Vec<Finding>,
     /// What `ensure` would do now.
     pub pending_actions: Vec<Action>,
@@ -67,7 +70,8 @@ pub struct Status {
 
 #[tracing::instrument(name = "status", skip_all, fields(namespace = %config.namespace, jump_pod = %config.name))]
 pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
-    let observed = observe::everything(kube, config).await?;
+    let (observed, authorized_keys) =
+        tokio::try_join!(observe::everything(kube, config), keys::list(kube, config))?;
     let name = &config.name;
     let desired = Desired::from_config(config);
     let planned = plan::plan(config, &desired, &observed);
@@ -117,6 +121,7 @@ pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
         replicaset: rs,
         service: svc,
         pods,
+        authorized_keys,
         findings: planned.findings,
         pending_actions: planned.actions,
     })
@@ -203,6 +208,26 @@ impl std::fmt::Display for Status {
                     .as_ref()
                     .map(|o| format!("owned by {o}"))
                     .unwrap_or_else(|| "bare".into()),
+            )?;
+        }
+        let keys = &self.authorized_keys;
+        if keys.exists {
+            let names: Vec<&str> = keys.entries.iter().map(|e| e.name.as_str()).collect();
+            writeln!(
+                f,
+                "user keys in secret {}: {}",
+                keys.secret,
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )?;
+        } else {
+            writeln!(
+                f,
+                "user keys: none (secret {} not created yet)",
+                keys.secret
             )?;
         }
         for finding in &self.findings {

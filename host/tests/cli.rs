@@ -347,3 +347,108 @@ async fn eval_of_several_files_answers_one_line_each_in_order() {
     assert_eq!(lines[0]["allowed"], false);
     assert_eq!(lines[1]["allowed"], true);
 }
+
+/// `jumppod keys` as dstack or an operator calls it: a key as an argument, from stdin or a
+/// file; the list with the fingerprints `ssh-keygen -l` prints; removal by key; bad input
+/// named with exit code 2 and nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_added_listed_and_removed_through_the_binary() {
+    let sim = start().await;
+    namespace(&sim, NS);
+    let kc = sim.kubeconfig_path().to_str().unwrap().to_owned();
+    let target = ["--kubeconfig", kc.as_str(), "-n", NS, "-p", "main"];
+    let with = |args: &[&str]| -> Vec<String> {
+        args.iter().chain(&target).map(|s| s.to_string()).collect()
+    };
+
+    let run = |args: Vec<String>| async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        jumppod(&args).await
+    };
+    let out = run(with(&["keys", "add", ALICE, "--name", "alice"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout
+            .contains("key alice in secret dstack/dstack-main-ssh-jump-pod-authorized-keys: added"),
+        "{}",
+        text(&out)
+    );
+    assert!(stdout.contains("about 70 seconds"), "{}", text(&out));
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+        .args(with(&["keys", "add", "-"]))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncWriteExt as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{BOB}\n").as_bytes())
+        .await
+        .unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let out = run(with(&["keys", "list", "-o", "json"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let list = json_of(&out);
+    let entries = list["entries"].as_array().unwrap();
+    let names: Vec<&str> = entries
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(
+        names.contains(&"alice") && names.iter().any(|n| n.starts_with("key-")),
+        "{names:?}"
+    );
+    let alice = entries.iter().find(|e| e["name"] == "alice").unwrap();
+    // What `ssh-keygen -lf` (OpenSSH 9.2) prints for ALICE.
+    assert_eq!(
+        alice["fingerprint"],
+        "SHA256:pNpnj+bt0Ij47gSKdxSbHEbm2WLXU4wkQdw5c8pbOM4"
+    );
+
+    let out = run(with(&["keys", "remove", ALICE])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("key alice in secret"),
+        "{}",
+        text(&out)
+    );
+
+    let before = sim.requests().len();
+    let dir = std::env::temp_dir().join(format!("jumppod-cli-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let private = dir.join("id_ed25519");
+    std::fs::write(&private, "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n").unwrap();
+    for (args, says) in [
+        (
+            vec!["keys", "add", "--key-file", private.to_str().unwrap()],
+            "is a private key",
+        ),
+        (
+            vec!["keys", "add", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"],
+            "invalid `key`",
+        ),
+        (
+            vec!["keys", "add", ALICE, "--name", "a/b"],
+            "invalid `--name` \"a/b\"",
+        ),
+    ] {
+        let out = run(with(&args)).await;
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{}", text(&out));
+        assert!(
+            !stderr.contains("b3BlbnNzaC1rZXktdjEAAAAA"),
+            "a private key is never echoed"
+        );
+    }
+    assert_eq!(sim.requests().len(), before, "bad input reaches no API");
+    let _ = std::fs::remove_dir_all(&dir);
+}

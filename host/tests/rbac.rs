@@ -37,13 +37,15 @@ fn grant(sim: &Sim, objects: Vec<Value>) {
 
 /// Every verb of the printed rules in one flow: a first ensure of project `fresh` (get
 /// replicasets, services, namespaces, pods; list pods; create replicasets, services), the
-/// upgrade of project `main` (delete pods, delete services), and `resolve` without a hostname
-/// (get and list nodes).
+/// upgrade of project `main` (delete pods, delete services), `resolve` without a hostname
+/// (get and list nodes), and a user's key added, another added, one removed (get, create and
+/// patch secrets).
 async fn full_flow(sim: &Sim) -> Result<(), HostError> {
     let kube = kube_at(&sim.kubeconfig_for(SA_USER)).await;
     let fresh = config_for(NS, "fresh", "");
     jumppod_host::ensure(&kube, &fresh, &gate()).await?;
     jumppod_host::ensure(&kube, &config(""), &gate()).await?;
+    keys_flow(&kube, &fresh).await?;
     sim.settle().await;
     let proxy = resolve::resolve(&kube, &fresh).await?.proxy;
     assert_eq!(proxy.hostname, "203.0.113.2");
@@ -114,7 +116,7 @@ async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
         }
     }
     assert_eq!(
-        checked, 11,
+        checked, 14,
         "every verb but `namespaces create` (tested below)"
     );
 }

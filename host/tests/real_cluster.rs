@@ -16,11 +16,12 @@ use jumppod_host::action::{Action, Finding};
 use jumppod_host::api::Kube;
 use jumppod_host::apply::{self, Outcome};
 use jumppod_host::config::{Config, RawConfig};
-use jumppod_host::manifest::Desired;
+use jumppod_host::keys::{self, Change};
+use jumppod_host::manifest::{Desired, KEYS_MOUNT, keys_secret_name};
 use jumppod_host::rbac::{self, RULES, Rule};
 use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -483,6 +484,150 @@ async fn the_printed_rbac_rules_are_enough_and_a_missing_verb_is_named() {
     let proxy = resolves(&user, &config).await.proxy;
     assert_eq!(proxy.hostname, "127.0.0.1");
     jumppod_host::status::status(&user, &config).await.unwrap();
+    common::keys_flow(&user, &config).await.unwrap();
+
+    // `jumppod keys` changes entries by patch: without it the first change of an existing
+    // Secret fails, naming the verb.
+    grant(&admin, &without("patch", "secrets"), ns, "user-1").await;
+    let err = wait_for("the rules without patch to apply", || async {
+        let add = Change::add(common::ALICE, Some("alice")).unwrap();
+        match keys::change(&user, &config, &add).await {
+            Err(e) if e.to_string().contains("`patch` verb on `secrets`") => Some(e),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(err.exit_code(), 5, "{err}");
+}
+
+/// Issue 9 §1 with the real ReplicaSet controller: a key added through `jumppod keys` is in the
+/// Secret the replacement of an evicted pod mounts; a removed key is gone from it. (What sshd
+/// then does with the mounted Secret is proven under a real sshd: tests/sshd.rs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_added_is_mounted_by_the_pod_that_replaces_an_evicted_one() {
+    let admin = admin().await;
+    let ns = "rc-keys";
+    namespace(&admin, ns).await;
+    let config = config_for(ns, "main", "hostname: h");
+    ensure(&admin, &config).await.unwrap();
+    let first = resolves(&admin, &config).await.proxy.pod;
+    let added = keys::change(
+        &admin,
+        &config,
+        &Change::add(common::ALICE, Some("alice")).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(added.outcome, keys::Outcome::Added);
+
+    evict(&admin, ns, &first).await;
+    let second = wait_for("a replacement pod", || async {
+        resolve::resolve(&admin, &config)
+            .await
+            .ok()
+            .map(|r| r.proxy.pod)
+            .filter(|p| *p != first)
+    })
+    .await;
+    let pod = Api::<Pod>::namespaced(admin.client.clone(), ns)
+        .get(&second)
+        .await
+        .unwrap();
+    let spec = pod.spec.unwrap();
+    let volume = spec
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.secret.is_some())
+        .unwrap();
+    let secret_name = volume.secret.unwrap().secret_name.unwrap();
+    assert_eq!(secret_name, keys_secret_name(NAME));
+    let mounts = spec.containers[0].volume_mounts.clone().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m.name == volume.name && m.mount_path == KEYS_MOUNT),
+        "{mounts:?}"
+    );
+    let secrets: Api<Secret> = Api::namespaced(admin.client.clone(), ns);
+    let data = secrets.get(&secret_name).await.unwrap().data.unwrap();
+    let line = String::from_utf8(data["alice"].0.clone()).unwrap();
+    assert_eq!(line, format!("command=\"/bin/false\" {}\n", common::ALICE));
+
+    let removed = keys::change(&admin, &config, &Change::remove(common::ALICE).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(removed.outcome, keys::Outcome::Removed);
+    let data = secrets
+        .get(&secret_name)
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    assert!(!data.contains_key("alice"), "{data:?}");
+}
+
+/// A ReplicaSet of a jumppod before `keys` is drift; the printed strategic patch, run with
+/// kubectl against the real API server, brings the template to what ensure would create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_keys_patch_applied_by_kubectl_ends_the_drift() {
+    let admin = admin().await;
+    let ns = "rc-keys-drift";
+    namespace(&admin, ns).await;
+    let config = config_for(ns, "main", "");
+    let mut old = Desired::from_config(&config).replicaset;
+    let spec = old
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap();
+    spec.volumes = None;
+    spec.containers[0].volume_mounts = None;
+    spec.containers[0].command = Some(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        "exec /usr/sbin/sshd -D -e".into(),
+    ]);
+    Api::<ReplicaSet>::namespaced(admin.client.clone(), ns)
+        .create(&PostParams::default(), &old)
+        .await
+        .unwrap();
+    let report = ensure(&admin, &config).await.unwrap();
+    let Some(Finding::Drift { commands, .. }) = report
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::Drift { .. }))
+    else {
+        panic!("no drift: {report}")
+    };
+    let patch = commands
+        .iter()
+        .find(|c| c.contains("--type strategic"))
+        .unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(patch.replacen("kubectl", "kubectl --kubeconfig \"$KUBECONFIG_PATH\"", 1))
+        .env("KUBECONFIG_PATH", admin_kubeconfig())
+        .output()
+        .expect("kubectl (make kubectl installs it)");
+    assert!(
+        out.status.success(),
+        "{patch}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = ensure(&admin, &config).await.unwrap();
+    assert!(
+        !report
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::Drift { .. })),
+        "{report}"
+    );
 }
 
 /// A pre-#3891 pod on a node whose kubelet never answers stays terminating once deleted (the

@@ -120,7 +120,7 @@ pub async fn run() -> Result<(), HostError> {
     let (client, _) = client(&options).await?;
     let kube = || Kube::new(client.clone(), Duration::from_secs(30));
     let config: Config = RawConfig::from_text(
-        "namespace: dstack\nproject: main\nssh_public_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDemo main@dstack",
+        "namespace: dstack\nproject: main\nssh_public_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGp1bXBwb2QgZGVtbyBrZXkuLi4uLi4uLi4uLi4uLi4u main@dstack",
     )
     .and_then(|r| r.validate("default"))?;
     let name = config.name.clone();

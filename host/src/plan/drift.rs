@@ -105,6 +105,29 @@ pub fn drift(config: &Config, rs: &ReplicaSet) -> Option<Finding> {
             env_value(wanted_c).unwrap_or_default()
         ));
     }
+    if let Some(found) = keys_problem(&found_spec, found_c, &wanted, wanted_c) {
+        differences.push(Difference {
+            field: "authorized keys".into(),
+            found,
+            wanted: format!(
+                "Secret {} mounted at {} and merged by the start script",
+                manifest::keys_secret_name(name),
+                manifest::KEYS_MOUNT
+            ),
+        });
+        let patch = serde_json::json!({"spec": {"template": {"spec": {
+            "volumes": wanted.volumes,
+            "containers": [{
+                "name": container_name,
+                "command": wanted_c.command,
+                "volumeMounts": wanted_c.volume_mounts,
+            }],
+        }}}});
+        commands.push(format!(
+            "kubectl -n {ns} patch replicaset {name} --type strategic -p {}",
+            shell_quote(&patch.to_string())
+        ));
+    }
     let found_sel = found_spec.node_selector.clone().unwrap_or_default();
     let found_tol = found_spec.tolerations.clone().unwrap_or_default();
     let sel_differs = found_sel != config.node_selector;
@@ -144,6 +167,47 @@ pub fn drift(config: &Config, rs: &ReplicaSet) -> Option<Finding> {
         differences,
         commands,
     })
+}
+
+/// What keeps the users' keys from reaching the pod, or None: the Secret's volume, its mount or
+/// the start script that merges it (a template of a jumppod before `keys`).
+fn keys_problem(
+    found: &PodSpec,
+    found_c: &Container,
+    wanted: &PodSpec,
+    wanted_c: &Container,
+) -> Option<String> {
+    let volume = |spec: &PodSpec| {
+        spec.volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == manifest::KEYS_VOLUME)
+            .cloned()
+    };
+    let mount = |c: &Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == manifest::KEYS_VOLUME)
+            .map(|m| m.mount_path.clone())
+    };
+    if volume(found).map(|v| v.secret) != volume(wanted).map(|v| v.secret) {
+        Some("the Secret is not mounted".into())
+    } else if mount(found_c) != mount(wanted_c) {
+        Some(format!(
+            "mounted at {}",
+            mount(found_c).unwrap_or_else(|| "no path".into())
+        ))
+    } else if found_c.command != wanted_c.command {
+        Some("a start script that does not merge the Secret".into())
+    } else {
+        None
+    }
+}
+
+/// `text` as one single-quoted shell word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 fn resource(c: &Container, side: &str, key: &str) -> Option<String> {
@@ -195,6 +259,11 @@ mod tests {
         "image",
         "set image replicaset/dstack-main-ssh-jump-pod"
     )]
+    #[case::a_template_without_the_keys_secret_is_drift_with_a_strategic_patch(
+        "cpu: 500m",
+        "authorized keys",
+        "patch replicaset dstack-main-ssh-jump-pod --type strategic"
+    )]
     #[case::another_node_selector_is_drift_with_a_patch_command(
         "node_selector: {pool: jump}",
         "nodeSelector",
@@ -206,7 +275,10 @@ mod tests {
         #[case] command: &str,
     ) {
         let c = config_with(yaml);
-        let observed = steady(); // built from the default configuration
+        let mut observed = steady(); // built from the default configuration
+        if field == "authorized keys" {
+            observed.replicaset = Some(without_keys(rs(1)));
+        }
         let plan = plan(&c, &Desired::from_config(&c), &observed);
         assert!(plan.actions.is_empty(), "drift is never rewritten");
         let Some(Finding::Drift {
@@ -227,6 +299,57 @@ mod tests {
                 .last()
                 .unwrap()
                 .contains("delete pod -l app.kubernetes.io/instance=")
+        );
+    }
+
+    /// A template of a jumppod before `keys`: no volume, no mount, the older script.
+    fn without_keys(mut rs: ReplicaSet) -> ReplicaSet {
+        let spec = rs
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap();
+        spec.volumes = None;
+        spec.containers[0].volume_mounts = None;
+        spec.containers[0].command =
+            Some(vec!["/bin/sh".into(), "-c".into(), "exec sshd -D".into()]);
+        rs
+    }
+
+    #[test]
+    fn the_keys_patch_is_one_shell_word_that_kubectl_gets_whole() {
+        let c = config();
+        let plan = plan(
+            &c,
+            &Desired::from_config(&c),
+            &Observed {
+                replicaset: Some(without_keys(rs(1))),
+                ..steady()
+            },
+        );
+        let Some(Finding::Drift { commands, .. }) = plan.findings.first() else {
+            panic!("{:?}", plan.findings)
+        };
+        let command = commands
+            .iter()
+            .find(|c| c.contains("--type strategic"))
+            .unwrap();
+        // The shell hands kubectl the patch as one argument: have sh print that argument back.
+        let (_, word) = command.split_once(" -p ").unwrap();
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &format!("printf '%s' {word}")])
+            .output()
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let wanted = manifest::pod_spec(&c);
+        assert_eq!(
+            json["spec"]["template"]["spec"]["containers"][0]["command"],
+            serde_json::json!(wanted.containers[0].command)
         );
     }
 

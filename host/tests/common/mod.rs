@@ -19,7 +19,26 @@ use std::time::Duration;
 pub const NS: &str = "dstack";
 pub const NAME: &str = "dstack-main-ssh-jump-pod";
 pub const SVC: &str = "dstack-main-ssh-jump-pod-service";
-pub const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITest main@dstack";
+pub const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGp1bXBwb2QgdGVzdCBrZXk6IHByb2plY3QgbWFpbi4u main@dstack";
+
+/// Users' keys (ed25519 public keys; their key data is only ever parsed, never used to log in).
+pub const ALICE: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGp1bXBwb2QgdGVzdCBrZXk6IHVzZXIgYWxpY2UuLi4u alice@laptop";
+pub const BOB: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGp1bXBwb2QgdGVzdCBrZXk6IHVzZXIgYm9iLi4uLi4u bob@laptop";
+
+/// Every verb `jumppod keys` uses: alice added (the Secret created), bob added (patched),
+/// alice removed (patched).
+pub async fn keys_flow(kube: &Kube, config: &Config) -> Result<(), HostError> {
+    use jumppod_host::keys::{Change, Outcome, change};
+    let added = change(kube, config, &Change::add(ALICE, Some("alice")).unwrap()).await?;
+    assert_eq!(added.outcome, Outcome::Added);
+    change(kube, config, &Change::add(BOB, Some("bob")).unwrap()).await?;
+    let removed = change(kube, config, &Change::remove("alice").unwrap()).await?;
+    assert_eq!(removed.outcome, Outcome::Removed);
+    Ok(())
+}
 
 pub fn gate() -> Gate {
     Gate::native()

@@ -1,0 +1,296 @@
+//! The jump pod's start script under a real OpenSSH sshd: the users' keys of the Secret reach
+//! sshd, a removed key stops working in the running pod, a replacement pod has the keys from
+//! its start, and a key restricted as dstack restricts it can jump but not open a shell.
+//!
+//! The container is played by mount and network namespaces of the test's own (`unshare`):
+//! `/etc/ssh` (with an empty sshd_config: OpenSSH's defaults), `/root` and `/run` are fresh
+//! tmpfs (mode 755/700, as in an image: sshd's StrictModes checks them), and the Secret volume is a directory laid out as the kubelet's
+//! atomic writer lays it out (`..data` -> `..<timestamp>/`, one symlink per key), bound at
+//! `manifest::KEYS_MOUNT`. The script is `manifest::SSHD_SCRIPT` unchanged. Needs root,
+//! `unshare`/`nsenter` (util-linux) and OpenSSH (`make sshd` installs Debian's).
+
+use jumppod_host::keys::PublicKey;
+use jumppod_host::manifest::{AUTHORIZED_KEYS_ENV, KEYS_MERGE_SECONDS, KEYS_MOUNT, SSHD_SCRIPT};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The namespaces' setup, then the start script as the container runs it.
+const CONTAINER: &str = r#"set -e
+mount --make-rprivate /
+ip link set lo up
+mount -t tmpfs -o mode=755 tmpfs /etc/ssh
+: > /etc/ssh/sshd_config
+mkdir -p "$KEYS_MOUNT"
+mount --bind "$SECRET_DIR" "$KEYS_MOUNT"
+mount -t tmpfs -o mode=700 tmpfs /root
+mount -t tmpfs -o mode=755 tmpfs /run
+mkdir -m 755 /run/sshd
+exec /bin/sh -c "$JUMPPOD_SCRIPT"
+"#;
+
+fn need(program: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "{program} is not installed: these tests run a real sshd (`make sshd` installs Debian's openssh-server)"
+    );
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A key pair made by ssh-keygen: (private key path, public key line).
+fn keypair(dir: &Path, name: &str) -> (PathBuf, String) {
+    let path = dir.join(name);
+    run(Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C"])
+        .arg(format!("{name}@test"))
+        .arg("-f")
+        .arg(&path));
+    let public = std::fs::read_to_string(path.with_extension("pub")).unwrap();
+    (path, public.trim().to_owned())
+}
+
+/// The mounted Secret, written as the kubelet's atomic writer writes it: a new timestamped
+/// directory, `..data` switched to it by a rename, then the top-level symlinks.
+struct SecretVolume {
+    dir: PathBuf,
+    generation: u32,
+}
+
+impl SecretVolume {
+    fn new(dir: PathBuf) -> SecretVolume {
+        std::fs::create_dir_all(&dir).unwrap();
+        SecretVolume { dir, generation: 0 }
+    }
+
+    fn publish(&mut self, entries: &[(&str, String)]) {
+        use std::os::unix::fs::symlink;
+        self.generation += 1;
+        let ts = format!("..2026_12_01_00_00_00.{}", self.generation);
+        std::fs::create_dir(self.dir.join(&ts)).unwrap();
+        for (name, value) in entries {
+            std::fs::write(self.dir.join(&ts).join(name), value).unwrap();
+        }
+        let tmp = self.dir.join("..data_tmp");
+        symlink(&ts, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+        for entry in std::fs::read_dir(&self.dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if !name.starts_with("..") && !entries.iter().any(|(n, _)| *n == name) {
+                std::fs::remove_file(self.dir.join(&name)).unwrap();
+            }
+            if name.starts_with("..2026") && name != ts {
+                std::fs::remove_dir_all(self.dir.join(&name)).unwrap();
+            }
+        }
+        for (name, _) in entries {
+            let link = self.dir.join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                symlink(format!("..data/{name}"), &link).unwrap();
+            }
+        }
+    }
+}
+
+/// One "pod": the script in namespaces of its own; killed with its process group on drop.
+struct Pod {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Pod {
+    fn start(secret: &Path, project_key: &str, log: PathBuf) -> Pod {
+        let stderr = std::fs::File::create(&log).unwrap();
+        let child = Command::new("unshare")
+            .args(["--mount", "--net", "/bin/sh", "-c", CONTAINER])
+            .env("SECRET_DIR", secret)
+            .env("KEYS_MOUNT", KEYS_MOUNT)
+            .env("JUMPPOD_SCRIPT", SSHD_SCRIPT)
+            .env(AUTHORIZED_KEYS_ENV, project_key)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .process_group(0)
+            .spawn()
+            .expect("unshare");
+        Pod { child, log }
+    }
+
+    /// `ssh root@127.0.0.1 true` with `key`, from inside the pod's network namespace; the
+    /// exit code (0: a shell ran `true`, 1: the forced /bin/false ran, 255: refused) and
+    /// stderr. `via`: reach it through `ssh -W` with that key, as `ssh -J` does.
+    fn ssh(&self, key: &Path, via: Option<&Path>) -> (i32, String) {
+        let options = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR";
+        let mut args = vec![
+            "--target".to_owned(),
+            self.child.id().to_string(),
+            "--net".into(),
+            "ssh".into(),
+        ];
+        args.extend(options.split(' ').map(str::to_owned));
+        if let Some(jump) = via {
+            args.push("-o".into());
+            args.push(format!(
+                "ProxyCommand=ssh {options} -i {} -W %h:%p root@127.0.0.1",
+                jump.display()
+            ));
+        }
+        args.extend([
+            "-i".into(),
+            key.display().to_string(),
+            "root@127.0.0.1".into(),
+            "true".into(),
+        ]);
+        let out = Command::new("nsenter")
+            .args(&args)
+            .output()
+            .expect("nsenter");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Polls `ssh` with `key` until its exit code is `code`; returns how long it took.
+    fn until(&self, key: &Path, code: i32, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let (got, stderr) = self.ssh(key, None);
+            if got == code {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < within,
+                "ssh with {} still exits {got}, not {code}, after {within:?}: {stderr}\nsshd's log:\n{}",
+                key.display(),
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        // The merge loop outlives sshd's exec in the same process group.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_replaced_pod_keeps_the_users_keys_and_a_removed_key_stops_working_in_the_running_pod() {
+    for program in [
+        "unshare",
+        "nsenter",
+        "ip",
+        "ssh",
+        "ssh-keygen",
+        "/usr/sbin/sshd",
+    ] {
+        need(program);
+    }
+    let dir = std::env::temp_dir().join(format!("jumppod-sshd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (project, project_pub) = keypair(&dir, "project");
+    let (alice, alice_pub) = keypair(&dir, "alice");
+    let (bob, bob_pub) = keypair(&dir, "bob");
+    let (carol, carol_pub) = keypair(&dir, "carol");
+    // Each entry as `jumppod keys add` writes it.
+    let line = |public: &str| format!("{}\n", PublicKey::parse("key", public).unwrap().user_line());
+    let mut secret = SecretVolume::new(dir.join("secret"));
+    secret.publish(&[("alice", line(&alice_pub))]);
+
+    let pod = Pod::start(&secret.dir, &project_pub, dir.join("pod-1.log"));
+    // sshd is up once the project key opens a shell.
+    pod.until(&project, 0, Duration::from_secs(30));
+    let (code, stderr) = pod.ssh(&alice, None);
+    assert_eq!(code, 1, "a user's key runs only /bin/false: {stderr}");
+    let (code, stderr) = pod.ssh(&project, Some(&alice));
+    assert_eq!(
+        code, 0,
+        "a user's key jumps (ssh -W) to the next host: {stderr}"
+    );
+
+    // What dstack does per job: append the user's key over SSH. It works beside the Secret's.
+    let append = format!(
+        "echo '{}' >> /root/.ssh/authorized_keys",
+        line(&carol_pub).trim()
+    );
+    let out = Command::new("nsenter")
+        .args(["--target", &pod.child.id().to_string(), "--net", "ssh"])
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "LogLevel=ERROR",
+            "-i",
+        ])
+        .arg(&project)
+        .args(["root@127.0.0.1", &append])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        pod.ssh(&carol, None).0,
+        1,
+        "a key dstack appended over SSH works"
+    );
+
+    // alice removed, bob added: the kubelet updates the volume; the merge loop follows.
+    secret.publish(&[("bob", line(&bob_pub))]);
+    let bound = Duration::from_secs(u64::from(KEYS_MERGE_SECONDS) * 3);
+    let removed_after = pod.until(&alice, 255, bound);
+    let added_after = pod.until(&bob, 1, bound);
+    println!(
+        "after the volume changed: alice refused in {removed_after:?}, bob accepted in {added_after:?}"
+    );
+    let (_, stderr) = pod.ssh(&alice, None);
+    assert!(stderr.contains("Permission denied (publickey)"), "{stderr}");
+    assert_eq!(
+        pod.ssh(&carol, None).0,
+        1,
+        "the merge leaves root's own authorized_keys alone"
+    );
+    drop(pod);
+
+    // The replacement pod: the Secret's keys from its start, the appended ones gone.
+    let pod = Pod::start(&secret.dir, &project_pub, dir.join("pod-2.log"));
+    pod.until(&project, 0, Duration::from_secs(30));
+    assert_eq!(
+        pod.ssh(&bob, None).0,
+        1,
+        "the replacement has the Secret's key at once"
+    );
+    assert_eq!(pod.ssh(&alice, None).0, 255, "a removed key stays removed");
+    assert_eq!(
+        pod.ssh(&carol, None).0,
+        255,
+        "a key only appended over SSH dies with its pod"
+    );
+    drop(pod);
+    let _ = std::fs::remove_dir_all(&dir);
+}
