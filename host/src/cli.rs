@@ -136,6 +136,55 @@ pub enum Command {
         )]
         policy: PathBuf,
     },
+    #[cfg(feature = "wasm")]
+    /// Serve the policy module as a Kubernetes mutating admission webhook (AdmissionReview v1
+    /// over HTTPS at POST /mutate, JSONPatch; GET /healthz), run as policy-server runs it: compiled
+    /// once, a fresh instance per request, a 2-second evaluation deadline, the settings checked
+    /// at start. For clusters without Kubewarden; `jumppod webhook-configuration` prints what
+    /// registers it.
+    Webhook {
+        /// Address to listen on (port 0: a free one, printed at start).
+        #[arg(long, default_value = "0.0.0.0:8443")]
+        listen: std::net::SocketAddr,
+        /// Serving certificate chain (PEM); its SANs must name the address the API server uses.
+        #[arg(long, value_name = "FILE")]
+        tls_cert: PathBuf,
+        /// The certificate's private key (PEM: PKCS#8, SEC1 or RSA).
+        #[arg(long, value_name = "FILE")]
+        tls_key: PathBuf,
+        /// Policy settings as JSON, or @FILE (the format Kubewarden's policy settings use).
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// The policy module to run (`make policy` writes policy.wasm).
+        #[arg(
+            long,
+            value_name = "PATH",
+            env = "JUMPPOD_POLICY_WASM",
+            default_value = "policy.wasm"
+        )]
+        policy: PathBuf,
+    },
+    #[cfg(feature = "wasm")]
+    /// Print the MutatingWebhookConfiguration that sends pods and ReplicaSets (CREATE, UPDATE:
+    /// the rules of the policy's metadata.yml) to `jumppod webhook`.
+    WebhookConfiguration {
+        /// The webhook's URL (https://host:port/mutate), for a webhook outside the cluster.
+        #[arg(long, conflicts_with = "service", required_unless_present = "service")]
+        url: Option<String>,
+        /// The webhook's Service in the cluster, NAMESPACE/NAME[:PORT] (port 443 by default).
+        #[arg(long, value_name = "NAMESPACE/NAME[:PORT]")]
+        service: Option<String>,
+        /// The CA that signed the webhook's serving certificate (PEM).
+        #[arg(long, value_name = "FILE")]
+        ca_bundle: PathBuf,
+        /// What the API server does when the webhook cannot be reached or times out: Fail
+        /// refuses the pod (the contract holds), Ignore admits it unchecked.
+        #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
+        failure_policy: String,
+        /// Only these namespaces' pods and ReplicaSets (repeatable; default: every namespace).
+        #[arg(long = "only-namespace", value_name = "NAMESPACE")]
+        namespaces: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]

@@ -68,6 +68,65 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             let (kube, config) = connect(&cli.global, &target).await?;
             printer.print(&status::status(&kube, &config).await?)
         }
+        #[cfg(feature = "wasm")]
+        Command::Webhook {
+            listen,
+            tls_cert,
+            tls_key,
+            settings,
+            policy,
+        } => {
+            let settings = json_arg("--settings", &settings)?;
+            let module = crate::eval::load_checked(&policy, &settings)?;
+            let options = crate::webhook::Options {
+                listen,
+                cert: tls_cert,
+                key: tls_key,
+                policy: std::sync::Arc::new(module),
+                settings,
+            };
+            let shutdown = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            crate::webhook::serve(
+                options,
+                |addr| {
+                    tracing::info!(%addr, "serving");
+                    println!(
+                        "serving AdmissionReviews on https://{addr}{}",
+                        crate::webhook::PATH
+                    );
+                },
+                shutdown,
+            )
+            .await
+        }
+        #[cfg(feature = "wasm")]
+        Command::WebhookConfiguration {
+            url,
+            service,
+            ca_bundle,
+            failure_policy,
+            namespaces,
+        } => {
+            let endpoint = match (url, service) {
+                (Some(url), _) => crate::webhook::Endpoint::Url(url),
+                (None, Some(text)) => parse_service(&text)?,
+                (None, None) => unreachable!("clap requires --url or --service"),
+            };
+            let ca = std::fs::read(&ca_bundle).map_err(|e| ConfigError {
+                field: "--ca-bundle".into(),
+                value: ca_bundle.display().to_string(),
+                problem: format!("cannot read it: {e}"),
+            })?;
+            let config =
+                crate::webhook::configuration(&endpoint, &ca, &failure_policy, &namespaces);
+            match printer.output {
+                Output::Human => print!("{}", serde_yaml::to_string(&config).unwrap_or_default()),
+                Output::Json => println!("{}", to_json(&config)?),
+            }
+            Ok(())
+        }
         Command::Keys { action } => keys(&cli.global, &printer, action).await,
         Command::Rbac {
             namespace,
@@ -161,6 +220,39 @@ async fn keys(global: &Global, printer: &Printer, action: KeysAction) -> Result<
         Some(change) => printer.print(&crate::keys::change(&kube, &config, &change).await?),
         None => printer.print(&crate::keys::list(&kube, &config).await?),
     }
+}
+
+/// `NAMESPACE/NAME[:PORT]`.
+#[cfg(feature = "wasm")]
+fn parse_service(text: &str) -> Result<crate::webhook::Endpoint, ConfigError> {
+    let bad = |problem: &str| ConfigError {
+        field: "--service".into(),
+        value: text.into(),
+        problem: problem.into(),
+    };
+    let (ns, rest) = text
+        .split_once('/')
+        .ok_or_else(|| bad("must be NAMESPACE/NAME[:PORT]"))?;
+    let (name, port) = match rest.split_once(':') {
+        Some((name, port)) => (
+            name,
+            port.parse::<i32>()
+                .ok()
+                .filter(|p| (1..=65535).contains(p))
+                .ok_or_else(|| bad("its port must be 1 to 65535"))?,
+        ),
+        None => (rest, 443),
+    };
+    for part in [ns, name] {
+        if let Some(problem) = config::dns_label_problem(part) {
+            return Err(bad(problem));
+        }
+    }
+    Ok(crate::webhook::Endpoint::Service(
+        ns.into(),
+        name.into(),
+        port,
+    ))
 }
 
 /// Prints an error the way the operator asked.

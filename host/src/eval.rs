@@ -25,6 +25,22 @@ pub fn eval(
         .iter()
         .map(|file| read(file))
         .collect::<Result<Vec<_>, _>>()?;
+    let policy = load_checked(module, settings)?;
+    documents
+        .iter()
+        .zip(files)
+        .map(|(document, file)| {
+            let request = request_of(document).map_err(|e| unreadable(file, e.to_string()))?;
+            let answer = policy.validate(request, settings)?;
+            let response = admission_response(request, &answer);
+            let patch = decode_patch(&response)?;
+            Ok(Evaluation { response, patch })
+        })
+        .collect()
+}
+
+/// Compiles the module and checks the settings with it, as policy-server does at start.
+pub fn load_checked(module: &Path, settings: &Value) -> Result<WasmPolicy, HostError> {
     let policy = WasmPolicy::from_file(module)?;
     let verdict = policy.validate_settings(settings)?;
     if !verdict.valid {
@@ -38,17 +54,7 @@ pub fn eval(
         }
         .into());
     }
-    documents
-        .iter()
-        .zip(files)
-        .map(|(document, file)| {
-            let request = request_of(document).map_err(|e| unreadable(file, e.to_string()))?;
-            let answer = policy.validate(request, settings)?;
-            let response = admission_response(request, &answer);
-            let patch = decode_patch(&response)?;
-            Ok(Evaluation { response, patch })
-        })
-        .collect()
+    Ok(policy)
 }
 
 fn unreadable(file: &Path, problem: String) -> ConfigError {

@@ -24,6 +24,8 @@ pub mod plan;
 pub mod rbac;
 pub mod resolve;
 pub mod status;
+#[cfg(feature = "wasm")]
+pub mod webhook;
 
 pub use config::{Config, RawConfig};
 pub use ensure::{EnsureReport, ensure};

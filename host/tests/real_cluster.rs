@@ -834,3 +834,243 @@ async fn grant(admin: &Kube, rules: &[Rule], ns: &str, user: &str) {
         }
     }
 }
+
+/// `jumppod webhook`, the real binary, serving the policy module with the control plane's
+/// webhook pair; what `jumppod webhook-configuration` prints registers it for one namespace.
+struct Webhook {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Webhook {
+    fn start() -> Webhook {
+        use std::io::BufRead as _;
+        let module = std::env::var("JUMPPOD_POLICY_WASM")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../policy.wasm").into());
+        let dir = cluster_dir().join("webhook");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+            .args(["webhook", "--listen", "127.0.0.1:0", "--policy", &module])
+            .arg("--tls-cert")
+            .arg(dir.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(dir.join("tls.key"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("jumppod webhook");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("serving AdmissionReviews on https://")
+            .and_then(|rest| rest.strip_suffix("/mutate"))
+            .unwrap_or_else(|| panic!("the webhook did not start: {line:?}"))
+            .to_owned();
+        Webhook { child, addr }
+    }
+
+    /// One raw HTTPS request, the answer's status line and body.
+    async fn post(&self, body: &str) -> (String, String) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        use tokio_rustls::rustls;
+        let mut roots = rustls::RootCertStore::empty();
+        let ca = std::fs::read(cluster_dir().join("webhook/ca.crt")).unwrap();
+        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let request = format!(
+            "POST /mutate HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tls.read_to_string(&mut answer).await.unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        (head.lines().next().unwrap().to_owned(), body.to_owned())
+    }
+
+    fn configuration(&self, failure_policy: &str, ns: &str) -> Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+            .args([
+                "webhook-configuration",
+                "-o",
+                "json",
+                "--failure-policy",
+                failure_policy,
+            ])
+            .args([
+                "--only-namespace",
+                ns,
+                "--url",
+                &format!("https://{}/mutate", self.addr),
+            ])
+            .arg("--ca-bundle")
+            .arg(cluster_dir().join("webhook/ca.crt"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The policy as a real admission webhook (issue 8 §4): the real apiserver sends it pods and
+/// ReplicaSets of one namespace. A bare pre-#3891 pod is mutated on its way in (current
+/// labels, Guaranteed) and adopted by the ReplicaSet ensure creates; the pods of an
+/// undersized ReplicaSet made before the webhook are refused, which the real controller
+/// reports as FailedCreate and ensure as the policy's message; a body that is not an
+/// AdmissionReview gets one back saying so; with the webhook gone, failurePolicy Fail refuses
+/// pods and Ignore admits them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_as_a_real_admission_webhook() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let admin = admin().await;
+    let ns = "rc-webhook";
+    namespace(&admin, ns).await;
+    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
+    let replicasets: Api<ReplicaSet> = Api::namespaced(admin.client.clone(), ns);
+    // Before the webhook: an undersized jump-pod ReplicaSet of project `small`, scaled to 0.
+    let small = config_for(ns, "small", "");
+    let mut undersized = Desired::from_config(&config_for(ns, "small", "cpu: 50m")).replicaset;
+    undersized.spec.as_mut().unwrap().replicas = Some(0);
+    replicasets
+        .create(&PostParams::default(), &undersized)
+        .await
+        .unwrap();
+
+    let webhook = Webhook::start();
+    let (status, body) = webhook.post("{not an admission review").await;
+    assert!(status.contains("200"), "{status}");
+    let review: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(review["response"]["allowed"], false);
+    assert!(
+        review["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not JSON")
+    );
+
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(admin.client.clone());
+    let _ = configs.delete("jumppod", &DeleteParams::default()).await;
+    configs
+        .create(
+            &PostParams::default(),
+            &typed(webhook.configuration("Fail", ns)),
+        )
+        .await
+        .unwrap();
+    let legacy: Pod = typed(json!({
+        "metadata": {"name": NAME, "labels": schema::legacy_selector(NAME)},
+        "spec": {"containers": [{"name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE}]}
+    }));
+    // The API server's webhook informer takes a moment: dry runs until the pod comes back mutated.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_for("the webhook to mutate a dry-run pod", || async {
+        pods.create(&dry, &legacy).await.ok().filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(schema::INSTANCE_LABEL))
+        })
+    })
+    .await;
+    let mutated = pods.create(&PostParams::default(), &legacy).await.unwrap();
+    assert_eq!(
+        mutated.status.and_then(|s| s.qos_class).as_deref(),
+        Some("Guaranteed"),
+        "the bare pre-#3891 pod got the default resources on its way in"
+    );
+    let config = config_for(ns, "main", "hostname: h");
+    ensure(&admin, &config).await.unwrap();
+    wait_for("the ReplicaSet to adopt the mutated pod", || async {
+        pods.get(NAME).await.ok().filter(|p| {
+            jumppod_host::objects::controller_of(p)
+                .is_some_and(|(kind, name)| kind == "ReplicaSet" && name == NAME)
+        })
+    })
+    .await;
+
+    // Scaling is an update that leaves the template alone: accepted; the pods are refused.
+    replicasets
+        .patch(
+            &small.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let report = wait_for("ensure to report the refused pods", || async {
+        ensure(&admin, &small).await.ok().filter(|r| {
+            r.findings
+                .iter()
+                .any(|f| matches!(f, Finding::PodsRefused { .. }))
+        })
+    })
+    .await;
+    let Some(Finding::PodsRefused {
+        reason, message, ..
+    }) = report
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::PodsRefused { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(reason, "FailedCreate");
+    assert!(
+        message.contains("admission webhook \"jump-pods.jumppod.dstack.ai\" denied the request")
+            && message.contains("cpu request 50m is below the minimum 100m"),
+        "{message}"
+    );
+
+    // failurePolicy, once: the webhook gone, Fail refuses a pod, Ignore admits it.
+    drop(webhook);
+    let plain: Pod = typed(json!({
+        "metadata": {"generateName": "plain-"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }));
+    let err = pods.create(&dry, &plain).await.unwrap_err().to_string();
+    assert!(err.contains("failed calling webhook"), "{err}");
+    let mut registered = configs.get("jumppod").await.unwrap();
+    registered.webhooks.as_mut().unwrap()[0].failure_policy = Some("Ignore".into());
+    configs
+        .replace("jumppod", &PostParams::default(), &registered)
+        .await
+        .unwrap();
+    wait_for("failurePolicy Ignore to admit the pod", || async {
+        pods.create(&dry, &plain).await.ok()
+    })
+    .await;
+    configs
+        .delete("jumppod", &DeleteParams::default())
+        .await
+        .unwrap();
+}

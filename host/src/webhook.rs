@@ -1,0 +1,386 @@
+//! `jumppod webhook`: the policy module served as a Kubernetes mutating admission webhook
+//! (AdmissionReview v1 over HTTPS, JSONPatch), run as policy-server runs it: compiled once, a
+//! fresh instance per request, the epoch deadline bounding each call, the settings checked at
+//! start. What a cluster without Kubewarden can run; what the tests' real apiserver calls.
+//!
+//! [`review`] turns one request body into the AdmissionReview to answer (pure but for the
+//! policy call); [`serve`] is the TLS and HTTP around it. Every body gets an AdmissionReview
+//! back, a bad one with a message saying what is wrong, never a dropped connection.
+
+use crate::config::ConfigError;
+use crate::error::HostError;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use jumppod_review::{Policy, admission_response};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_rustls::rustls;
+
+/// The path the MutatingWebhookConfiguration points at.
+pub const PATH: &str = "/mutate";
+/// The API server sends at most 3 MiB of object; a body past this is refused with a message.
+const MAX_BODY: usize = 6 * 1024 * 1024;
+
+/// The AdmissionReview answering one request body. A body that is not an AdmissionReview v1
+/// with a request is refused (allowed: false, code 400) with what is wrong; a policy that
+/// fails (a trap, the deadline) refuses with code 500, as policy-server does.
+pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
+    let refuse = |uid: &Value, code: u16, message: String| json!({"uid": uid, "allowed": false, "status": {"code": code, "message": message}});
+    let document: Result<Value, _> = serde_json::from_slice(body);
+    let response = match &document {
+        Err(e) => refuse(
+            &json!(""),
+            400,
+            format!("jumppod webhook: the body is not JSON: {e}"),
+        ),
+        Ok(document) => {
+            let request = document.get("request");
+            let uid = request
+                .and_then(|r| r.get("uid"))
+                .cloned()
+                .unwrap_or(json!(""));
+            match (document.get("kind"), document.get("apiVersion"), request) {
+                (Some(k), Some(v), Some(request))
+                    if k == "AdmissionReview"
+                        && v == "admission.k8s.io/v1"
+                        && request.is_object()
+                        && uid.as_str().is_some_and(|u| !u.is_empty()) =>
+                {
+                    match policy.validate(request, settings) {
+                        Ok(answer) => admission_response(request, &answer),
+                        Err(e) => refuse(
+                            &uid,
+                            500,
+                            format!("jumppod webhook: the policy failed: {}", report(&e)),
+                        ),
+                    }
+                }
+                (kind, version, _) => refuse(
+                    &uid,
+                    400,
+                    format!(
+                        "jumppod webhook: expected an AdmissionReview (admission.k8s.io/v1) with a request and its uid, got kind {}, apiVersion {}",
+                        kind.map_or("none".into(), Value::to_string),
+                        version.map_or("none".into(), Value::to_string)
+                    ),
+                ),
+            }
+        }
+    };
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+fn report(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// How the webhook runs.
+pub struct Options {
+    pub listen: SocketAddr,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub policy: Arc<dyn Policy>,
+    pub settings: Value,
+}
+
+/// The TLS configuration from PEM files: the serving chain and its key (PKCS#8, SEC1 or RSA).
+pub fn tls(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, HostError> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |field: &str, path: &Path, problem: String| ConfigError {
+        field: field.into(),
+        value: path.display().to_string(),
+        problem,
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| {
+            bad(
+                "--tls-cert",
+                cert,
+                format!("cannot read a PEM certificate: {e}"),
+            )
+        })?;
+    if chain.is_empty() {
+        return Err(bad("--tls-cert", cert, "holds no certificate".into()).into());
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        bad(
+            "--tls-key",
+            key,
+            format!("cannot read a PEM private key: {e}"),
+        )
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key_der))
+        .map_err(|e| {
+            bad(
+                "--tls-key",
+                key,
+                format!("does not fit the certificate: {e}"),
+            )
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Serves until `shutdown` resolves. `bound` gets the address actually listened on (port 0
+/// picks a free one).
+pub async fn serve(
+    options: Options,
+    bound: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), HostError> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls(&options.cert, &options.key)?));
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| ConfigError {
+            field: "--listen".into(),
+            value: options.listen.to_string(),
+            problem: format!("cannot listen there: {e}"),
+        })?;
+    let local = listener.local_addr().map_err(|e| ConfigError {
+        field: "--listen".into(),
+        value: options.listen.to_string(),
+        problem: e.to_string(),
+    })?;
+    bound(local);
+    let shared = Arc::new((options.policy, options.settings));
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => {
+                tracing::info!("shutting down");
+                return Ok(());
+            }
+        };
+        let acceptor = acceptor.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(tls) => tls,
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let service = hyper::service::service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(req, &shared.0, &shared.1).await) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    policy: &Arc<dyn Policy>,
+    settings: &Value,
+) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
+        Response::builder()
+            .status(status)
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap_or_default()
+    };
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz" | "/readyz") => {
+            reply(StatusCode::OK, "text/plain", b"ok\n".to_vec())
+        }
+        (&Method::POST, PATH) => {
+            let started = Instant::now();
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(body) => body.to_bytes(),
+                Err(e) => {
+                    let answer = review_error(format!(
+                        "jumppod webhook: cannot read the body (at most {MAX_BODY} bytes): {e}"
+                    ));
+                    return reply(StatusCode::OK, "application/json", answer);
+                }
+            };
+            let (policy, settings) = (policy.clone(), settings.clone());
+            // wasmtime runs synchronously: off the reactor, on the blocking pool.
+            let review =
+                tokio::task::spawn_blocking(move || review(policy.as_ref(), &settings, &body))
+                    .await
+                    .unwrap_or_else(|e| {
+                        serde_json::from_slice(&review_error(format!(
+                            "jumppod webhook: the evaluation panicked: {e}"
+                        )))
+                        .unwrap_or_default()
+                    });
+            let response = &review["response"];
+            tracing::info!(
+                uid = %response["uid"],
+                allowed = %response["allowed"],
+                patched = response.get("patch").is_some(),
+                message = %response["status"]["message"],
+                elapsed = ?started.elapsed(),
+                "reviewed"
+            );
+            reply(
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_vec(&review).unwrap_or_default(),
+            )
+        }
+        (_, path) => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            format!("jumppod webhook: no {path} here; AdmissionReviews go to POST {PATH}\n")
+                .into_bytes(),
+        ),
+    }
+}
+
+fn review_error(message: String) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": "", "allowed": false, "status": {"code": 400, "message": message}}
+    }))
+    .unwrap_or_default()
+}
+
+/// Where the API server reaches the webhook.
+pub enum Endpoint {
+    Url(String),
+    /// namespace, name, port
+    Service(String, String, i32),
+}
+
+/// The MutatingWebhookConfiguration that sends pods and ReplicaSets to the webhook, with the
+/// rules of the policy's metadata.yml (the same requests Kubewarden would send it).
+pub fn configuration(
+    endpoint: &Endpoint,
+    ca_pem: &[u8],
+    failure_policy: &str,
+    namespaces: &[String],
+) -> Value {
+    use base64::Engine as _;
+    let mut client = json!({"caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem)});
+    match endpoint {
+        Endpoint::Url(url) => client["url"] = json!(url),
+        Endpoint::Service(ns, name, port) => {
+            client["service"] = json!({"namespace": ns, "name": name, "path": PATH, "port": port})
+        }
+    }
+    let rule = |group: &str, resource: &str| {
+        json!({"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+               "resources": [resource], "scope": "Namespaced"})
+    };
+    let mut webhook = json!({
+        "name": "jump-pods.jumppod.dstack.ai",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": failure_policy,
+        "matchPolicy": "Equivalent",
+        "reinvocationPolicy": "Never",
+        // policy-server's own default deadline is 2 s of evaluation; the round trip needs more.
+        "timeoutSeconds": 10,
+        "clientConfig": client,
+        "rules": [rule("", "pods"), rule("apps", "replicasets")],
+    });
+    if !namespaces.is_empty() {
+        webhook["namespaceSelector"] = json!({"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]});
+    }
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "jumppod"},
+        "webhooks": [webhook],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jumppod_review::Native;
+    use rstest::rstest;
+
+    fn answer(body: &[u8]) -> Value {
+        review(&Native, &json!({}), body)["response"].clone()
+    }
+
+    #[rstest]
+    #[case::not_json(b"{not json".as_slice(), "not JSON")]
+    #[case::an_admission_review_v1beta1(
+        br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"u"}}"#.as_slice(),
+        "apiVersion \"admission.k8s.io/v1beta1\"")]
+    #[case::no_request(br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}"#.as_slice(), "with a request")]
+    #[case::a_request_without_its_uid(
+        br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"kind":{}}}"#.as_slice(),
+        "and its uid")]
+    fn a_bad_body_gets_a_refusal_that_says_what_is_wrong(#[case] body: &[u8], #[case] says: &str) {
+        let response = answer(body);
+        assert_eq!(response["allowed"], false);
+        assert_eq!(response["status"]["code"], 400);
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+
+    #[test]
+    fn a_request_is_answered_as_kwctl_run_answers_it_under_its_uid() {
+        let fixture =
+            include_str!("../../policy/test_data/admission_review_legacy_bare_pod_create.json");
+        let document: Value = serde_json::from_str(fixture).unwrap();
+        let response = answer(fixture.as_bytes());
+        let request = &document["request"];
+        let expected = admission_response(request, &Native.validate(request, &json!({})).unwrap());
+        assert_eq!(response, expected);
+        assert_eq!(response["uid"], request["uid"]);
+        assert_eq!(
+            response["patchType"], "JSONPatch",
+            "a legacy bare pod is mutated"
+        );
+    }
+
+    #[test]
+    fn the_configuration_sends_what_the_policys_metadata_names() {
+        let config = configuration(
+            &Endpoint::Url("https://127.0.0.1:8443/mutate".into()),
+            b"CA",
+            "Fail",
+            &[],
+        );
+        let metadata: Value =
+            serde_yaml::from_str(include_str!("../../policy/metadata.yml")).unwrap();
+        let rules = config["webhooks"][0]["rules"].as_array().unwrap();
+        let wanted = metadata["rules"].as_array().unwrap();
+        assert_eq!(rules.len(), wanted.len());
+        for (rule, want) in rules.iter().zip(wanted) {
+            for field in ["apiGroups", "apiVersions", "resources", "operations"] {
+                assert_eq!(rule[field], want[field], "{field}");
+            }
+        }
+        assert_eq!(config["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=");
+    }
+}
