@@ -785,10 +785,7 @@ async fn an_older_servers_jobs_are_undone_by_the_real_replicaset_controller() {
             "{report}"
         );
         let proxy = resolves(&kube, &config).await.proxy;
-        assert_eq!(
-            (proxy.pod.as_str(), i32::from(proxy.port)),
-            (first_pod.as_str(), port)
-        );
+        assert_eq!((proxy.pod.as_str(), proxy.port), (first_pod.as_str(), port));
         ports.push(port);
     }
     ports.dedup();

@@ -639,6 +639,10 @@ async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets()
         .find(|f| matches!(f, Finding::OlderServerFight { .. }))
         .unwrap_or_else(|| panic!("{report}"));
     let text = fight.to_string();
+    assert!(
+        report.to_string().contains(&format!("warning: {text}")),
+        "ensure prints it as a warning: {report}"
+    );
     assert!(text.contains("with the pre-#3891 selector"), "{text}");
     assert!(
         text.contains("a bare pod dstack-main-ssh-jump-pod (pre-#3891 labels)"),
