@@ -11,7 +11,9 @@
 //! 4. a missing Service is created (NodePort `port` if configured); a Service with the legacy
 //!    selector (dstack before #3891) is kept while a legacy pod is active, then deleted (uid
 //!    precondition) and recreated with the current selector and the same NodePort;
-//! 5. pods the scheduler cannot place are reported with its reason and message.
+//! 5. pods the scheduler cannot place are reported with its reason and message;
+//! 6. an older dstack server still running jobs (a Service or a bare pod `<name>` that appeared
+//!    after the ReplicaSet and is not jumppod's) is reported with what to do.
 
 mod drift;
 #[cfg(test)]
