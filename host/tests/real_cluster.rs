@@ -926,3 +926,71 @@ async fn the_real_allocator_hands_out_node_ports_above_the_static_band() {
     }
     eprintln!("lowest allocated NodePort of 100: {lowest}");
 }
+
+/// Which surplus pod the real ReplicaSet controller deletes among ready ones: the one with
+/// the lower `controller.kubernetes.io/pod-deletion-cost`, before age (two pods made ready
+/// together fall in one logarithmic age bucket, where the real controller breaks the tie by
+/// uid, so without the cost either could go). The simulator ranks the same way
+/// (host/sim/tests/controllers.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_replicaset_controller_deletes_the_lower_deletion_cost_first() {
+    let kube = admin().await;
+    let ns = "rc-deletion-cost";
+    namespace(&kube, ns).await;
+    let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
+    let web = json!({"metadata": {"name": "web"}, "spec": {"replicas": 2,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": schema::DEFAULT_IMAGE}]}}}});
+    sets.create(&PostParams::default(), &typed(web))
+        .await
+        .expect("create the ReplicaSet");
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let by_app = kube::api::ListParams::default().labels("app=web");
+    let ready = wait_for("two ready pods", || async {
+        let items = pods.list(&by_app).await.unwrap().items;
+        let ready: Vec<Pod> = items
+            .into_iter()
+            .filter(jumppod_host::objects::is_ready)
+            .collect();
+        (ready.len() == 2).then_some(ready)
+    })
+    .await;
+    let mut names: Vec<String> = ready
+        .iter()
+        .map(|p| jumppod_host::objects::name_of(&p.metadata).to_owned())
+        .collect();
+    names.sort();
+    // The costly one is the one whose uid would lose a tie, so the cost is what decides.
+    let by_uid = |n: &str| {
+        ready
+            .iter()
+            .find(|p| jumppod_host::objects::name_of(&p.metadata) == n)
+            .and_then(|p| p.metadata.uid.clone())
+            .unwrap()
+    };
+    let kept = names.iter().min_by_key(|n| by_uid(n)).unwrap().clone();
+    let cost =
+        json!({"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "100"}}});
+    pods.patch(&kept, &PatchParams::default(), &Patch::Merge(&cost))
+        .await
+        .unwrap();
+    sets.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    let left = wait_for("one active pod", || async {
+        let items = pods.list(&by_app).await.unwrap().items;
+        let active: Vec<String> = items
+            .iter()
+            .filter(|p| jumppod_host::objects::is_active(p))
+            .map(|p| jumppod_host::objects::name_of(&p.metadata).to_owned())
+            .collect();
+        (active.len() == 1).then_some(active)
+    })
+    .await;
+    assert_eq!(left, [kept]);
+}
