@@ -111,6 +111,18 @@ pub enum Finding {
         configured: i32,
         actual: Option<i32>,
     },
+    /// An older dstack server (a release that manages a bare jump pod) still runs jobs of this
+    /// project: after `ensure` created the ReplicaSet, someone recreated the Service or created
+    /// a bare pod named like the ReplicaSet. `signs`: what gave it away.
+    #[serde(rename_all = "camelCase")]
+    OlderServerFight {
+        namespace: String,
+        service: String,
+        pod: String,
+        node_port: Option<i32>,
+        configured_port: Option<i32>,
+        signs: Vec<String>,
+    },
     /// The scheduler cannot place the pod.
     Unschedulable {
         pod: String,
@@ -145,6 +157,7 @@ impl Finding {
                 | Finding::ContainerWaiting { .. }
                 | Finding::Drift { .. }
                 | Finding::PortDiffers { .. }
+                | Finding::OlderServerFight { .. }
         )
     }
 }
@@ -221,6 +234,37 @@ impl fmt::Display for Finding {
                     .map(|p| p.to_string())
                     .unwrap_or_else(|| "none".into())
             ),
+            Finding::OlderServerFight {
+                namespace,
+                service,
+                pod,
+                node_port,
+                configured_port,
+                signs,
+            } => {
+                write!(
+                    f,
+                    "an older dstack server is running jobs of this project ({}): each of its jobs deletes and recreates service {service} (the NodePort may change{}; SSH through the old NodePort breaks) and creates a bare pod {pod}, which the ReplicaSet deletes as surplus or which runs beside it, then fails, because it looks for the jump pod by that name. Upgrade every dstack server of this project to a release that uses jumppod, or stop the old one; ",
+                    signs.join("; "),
+                    node_port.map(|p| format!(", now {p}")).unwrap_or_default()
+                )?;
+                match configured_port {
+                    Some(p) => write!(
+                        f,
+                        "meanwhile keep proxy_jump.port: {p} on every server of the project, so that the NodePort stays"
+                    )?,
+                    None => write!(
+                        f,
+                        "meanwhile set proxy_jump.port (the same NodePort on every server of the project) to keep the NodePort stable"
+                    )?,
+                }
+                write!(
+                    f,
+                    ". Once no older server is left, `kubectl -n {namespace} annotate service {service} {}={}` marks the Service as kept",
+                    crate::objects::CREATED_BY_ANNOTATION,
+                    crate::objects::CREATED_BY
+                )
+            }
             Finding::Unschedulable {
                 pod,
                 reason,

@@ -201,6 +201,10 @@ pub fn service(config: &Config, node_port: Option<i32>) -> Service {
             name: Some(schema::service_name(name)),
             namespace: Some(config.namespace.clone()),
             labels: Some(schema::current_labels(name, &config.project)),
+            annotations: Some(BTreeMap::from([(
+                crate::objects::CREATED_BY_ANNOTATION.to_owned(),
+                crate::objects::CREATED_BY.to_owned(),
+            )])),
             ..ObjectMeta::default()
         },
         spec: Some(ServiceSpec {

@@ -193,3 +193,27 @@ pub fn controller_of(pod: &Pod) -> Option<(&str, &str)> {
         .find(|o| o.controller == Some(true))
         .map(|o| (o.kind.as_str(), o.name.as_str()))
 }
+
+/// The annotation `ensure` puts on every Service it creates. A Service that lacks it and is not
+/// the one the ReplicaSet found at its creation was made by someone else after the upgrade: an
+/// older dstack server recreating it on each job (issue 9 §4). An annotation, not a label:
+/// dstack's own labels on the Service are not ours to give a meaning to.
+pub const CREATED_BY_ANNOTATION: &str = "jumppod.dstack.ai/created-by";
+pub const CREATED_BY: &str = "jumppod";
+
+/// On the ReplicaSet: the uid of the Service, and of the bare pod named like it, that existed
+/// when `ensure` created it (empty when none). Objects of older releases found then are the
+/// upgrade's; a different unmarked Service or bare pod later is the sign of an older server
+/// still running jobs. Recorded by uid rather than by comparing creationTimestamps: those have
+/// a resolution of one second, and jumppod itself legitimately recreates the Service after the
+/// ReplicaSet's pod came up (the pre-#3891 Service, once its pod is gone).
+pub const FOUND_SERVICE_ANNOTATION: &str = "jumppod.dstack.ai/found-service-uid";
+pub const FOUND_POD_ANNOTATION: &str = "jumppod.dstack.ai/found-pod-uid";
+
+/// The value of an annotation.
+pub fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}

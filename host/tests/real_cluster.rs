@@ -1074,3 +1074,308 @@ async fn the_policy_as_a_real_admission_webhook() {
         .await
         .unwrap();
 }
+
+/// Lets the real controllers act on an older server's bare pod: waits until the pod named
+/// `<name>` is gone (the ReplicaSet adopted it and deleted it as surplus).
+async fn surplus_deleted(kube: &Kube, ns: &str) {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    wait_for(
+        "the ReplicaSet to delete the bare pod as surplus",
+        || async { pods.get_opt(NAME).await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+}
+
+/// The active pods of the ReplicaSet's selector.
+async fn active_instance_pods(kube: &Kube, ns: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let params =
+        kube::api::ListParams::default().labels(&format!("{}={NAME}", schema::INSTANCE_LABEL));
+    pods.list(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(jumppod_host::objects::is_active)
+        .collect()
+}
+
+/// The first NodePort the real allocator hands out when none is asked for: since
+/// ServiceNodePortStaticSubrange (GA in 1.29) it picks at random above the static band
+/// reserved for ports asked for by number, `min(max(16, size/32), 128)` = 86 ports for
+/// 30000-32767, so from 30086 up.
+const DYNAMIC_NODE_PORTS: std::ops::RangeInclusive<i32> = 30086..=32767;
+
+/// Issue 9 §4 on the real control plane: an older (pre-#3891) dstack server runs jobs after the
+/// upgrade, in a cluster with the jumppod policy. This control plane has no admission webhook,
+/// so the old server's pod is sent as the policy's mutation leaves it (`jumppod::mutate`: the
+/// current labels beside its old one, Guaranteed resources). The real ReplicaSet controller
+/// adopts it and deletes it as surplus, keeping its older ready pod; the job's read by name
+/// finds nothing; each job moves the Service to a new NodePort with the old selector; `ensure`
+/// reports the fight and puts the current selector back on that NodePort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_servers_jobs_are_undone_by_the_real_replicaset_controller() {
+    let kube = admin().await;
+    let ns = "rc-fight";
+    let config = config_for(ns, "main", "hostname: h");
+    ensure(&kube, &config).await.expect("ensure");
+    let first_pod = resolves(&kube, &config).await.proxy.pod;
+    let old = common::OldServer {
+        namespace: ns.into(),
+        release: common::Release::Pre3891,
+        port: None,
+        as_the_policy_mutates: true,
+    };
+    let mut ports = Vec::new();
+    for job in 0..3 {
+        let started = Instant::now();
+        let done = common::old_server_job(&kube, &old, || surplus_deleted(&kube, ns)).await;
+        eprintln!(
+            "old server job {job}: {:?} until the surplus pod was gone",
+            started.elapsed()
+        );
+        assert!(!done.untouched, "{done:?}");
+        assert!(matches!(done.pod_created, Some(Ok(_))), "{done:?}");
+        assert!(!done.found_running(), "the job fails: {done:?}");
+        let port = done
+            .service_recreated
+            .clone()
+            .unwrap()
+            .expect("the Service recreated");
+        assert!(DYNAMIC_NODE_PORTS.contains(&port), "{port}");
+        let active = active_instance_pods(&kube, ns).await;
+        let names: Vec<&str> = active
+            .iter()
+            .map(|p| jumppod_host::objects::name_of(&p.metadata))
+            .collect();
+        assert_eq!(
+            names,
+            [first_pod.as_str()],
+            "the ReplicaSet keeps its older, ready pod"
+        );
+
+        let report = ensure(&kube, &config).await.unwrap();
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| matches!(f, Finding::OlderServerFight { .. })),
+            "{report}"
+        );
+        assert!(
+            report.applied.iter().any(|a| a
+                .action
+                .to_string()
+                .contains(&format!("on NodePort {port} (kept"))),
+            "{report}"
+        );
+        let proxy = resolves(&kube, &config).await.proxy;
+        assert_eq!((proxy.pod.as_str(), proxy.port), (first_pod.as_str(), port));
+        ports.push(port);
+    }
+    ports.dedup();
+    assert!(ports.len() > 1, "each job moved the NodePort: {ports:?}");
+}
+
+/// A post-#3891 server (current labels, no policy needed for adoption) with `proxy_jump.port`
+/// set: the real API server gives the recreated Service the same NodePort at once (the
+/// deleted Service's port is released by its delete), so running jobs keep their proxy; the
+/// job still fails and `ensure`, with nothing to repair, reports the fight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_proxy_jump_port_keeps_the_node_port_through_an_older_servers_jobs() {
+    let kube = admin().await;
+    let ns = "rc-fight-port";
+    let config = config_for(ns, "main", "hostname: h\nport: 32111");
+    ensure(&kube, &config).await.expect("ensure");
+    let first_pod = resolves(&kube, &config).await.proxy.pod;
+    let old = common::OldServer {
+        namespace: ns.into(),
+        release: common::Release::Post3891,
+        port: Some(32111),
+        as_the_policy_mutates: false,
+    };
+    for _ in 0..2 {
+        let done = common::old_server_job(&kube, &old, || surplus_deleted(&kube, ns)).await;
+        assert!(done.service_deleted, "{done:?}");
+        assert_eq!(
+            done.service_recreated.clone().unwrap(),
+            Ok(32111),
+            "{done:?}"
+        );
+        assert!(!done.found_running(), "{done:?}");
+        let report = ensure(&kube, &config).await.unwrap();
+        assert!(report.applied.is_empty(), "{report}");
+        let fight = report
+            .findings
+            .iter()
+            .find(|f| matches!(f, Finding::OlderServerFight { .. }))
+            .unwrap_or_else(|| panic!("{report}"));
+        assert!(
+            fight
+                .to_string()
+                .contains("keep proxy_jump.port: 32111 on every server"),
+            "{fight}"
+        );
+        let proxy = resolves(&kube, &config).await.proxy;
+        assert_eq!(
+            (proxy.pod.as_str(), proxy.port),
+            (first_pod.as_str(), 32111)
+        );
+    }
+}
+
+/// Without the policy a pre-#3891 server's bare pod keeps only its old label: the real
+/// ReplicaSet controller neither adopts nor deletes it, so it runs beside the ReplicaSet's pod
+/// and the old server's later jobs find both objects by name and touch nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_real_replicasets() {
+    let kube = admin().await;
+    let ns = "rc-fight-beside";
+    let config = config_for(ns, "main", "hostname: h");
+    ensure(&kube, &config).await.expect("ensure");
+    resolves(&kube, &config).await;
+    let old = common::OldServer {
+        namespace: ns.into(),
+        release: common::Release::Pre3891,
+        port: None,
+        as_the_policy_mutates: false,
+    };
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let first = common::old_server_job(&kube, &old, || async {
+        wait_for("the bare pod to run", || async {
+            pods.get_opt(NAME)
+                .await
+                .unwrap()
+                .filter(jumppod_host::objects::is_ready)
+        })
+        .await;
+        // Give the ReplicaSet controller time to act, if it would.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    })
+    .await;
+    assert!(first.found_running(), "{first:?}");
+    let bare = first.final_read.clone().unwrap();
+    assert_eq!(
+        jumppod_host::objects::controller_of(&bare),
+        None,
+        "not adopted"
+    );
+    let again = common::old_server_job(&kube, &old, || async {}).await;
+    assert!(again.untouched && again.found_running(), "{again:?}");
+    let report = ensure(&kube, &config).await.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::LegacyPodRunning { .. })),
+        "{report}"
+    );
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::OlderServerFight { .. })),
+        "{report}"
+    );
+    let status = jumppod_host::status::status(&kube, &config).await.unwrap();
+    assert_eq!(status.pods.len(), 2, "{status}");
+}
+
+/// The simulator allocates NodePorts as this allocator does (host/sim/tests/api.rs pins the
+/// same band): 100 allocations, each Service deleted at once so that no port stays taken from
+/// the other tests; a uniform pick over 30000-32767 would go below 30086 with probability 96 %.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_allocator_hands_out_node_ports_above_the_static_band() {
+    let kube = admin().await;
+    let ns = "rc-node-ports";
+    namespace(&kube, ns).await;
+    let services: Api<Service> = Api::namespaced(kube.client.clone(), ns);
+    let body: Service = typed(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"type": "NodePort", "ports": [{"port": 22}]}
+    }));
+    let mut lowest = i32::MAX;
+    for _ in 0..100 {
+        let svc = services
+            .create(&PostParams::default(), &body)
+            .await
+            .unwrap();
+        let port = jumppod_host::objects::node_port(&svc).unwrap();
+        services
+            .delete("probe", &DeleteParams::default())
+            .await
+            .unwrap();
+        lowest = lowest.min(port);
+        assert!(DYNAMIC_NODE_PORTS.contains(&port), "{port}");
+    }
+    eprintln!("lowest allocated NodePort of 100: {lowest}");
+}
+
+/// Which surplus pod the real ReplicaSet controller deletes among ready ones: the one with
+/// the lower `controller.kubernetes.io/pod-deletion-cost`, before age (two pods made ready
+/// together fall in one logarithmic age bucket, where the real controller breaks the tie by
+/// uid, so without the cost either could go). The simulator ranks the same way
+/// (host/sim/tests/controllers.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_replicaset_controller_deletes_the_lower_deletion_cost_first() {
+    let kube = admin().await;
+    let ns = "rc-deletion-cost";
+    namespace(&kube, ns).await;
+    let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
+    let web = json!({"metadata": {"name": "web"}, "spec": {"replicas": 2,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": schema::DEFAULT_IMAGE}]}}}});
+    sets.create(&PostParams::default(), &typed(web))
+        .await
+        .expect("create the ReplicaSet");
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let by_app = kube::api::ListParams::default().labels("app=web");
+    let ready = wait_for("two ready pods", || async {
+        let items = pods.list(&by_app).await.unwrap().items;
+        let ready: Vec<Pod> = items
+            .into_iter()
+            .filter(jumppod_host::objects::is_ready)
+            .collect();
+        (ready.len() == 2).then_some(ready)
+    })
+    .await;
+    let mut names: Vec<String> = ready
+        .iter()
+        .map(|p| jumppod_host::objects::name_of(&p.metadata).to_owned())
+        .collect();
+    names.sort();
+    // The costly one is the one whose uid would lose a tie, so the cost is what decides.
+    let by_uid = |n: &str| {
+        ready
+            .iter()
+            .find(|p| jumppod_host::objects::name_of(&p.metadata) == n)
+            .and_then(|p| p.metadata.uid.clone())
+            .unwrap()
+    };
+    let kept = names.iter().min_by_key(|n| by_uid(n)).unwrap().clone();
+    let cost =
+        json!({"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "100"}}});
+    pods.patch(&kept, &PatchParams::default(), &Patch::Merge(&cost))
+        .await
+        .unwrap();
+    sets.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    let left = wait_for("one active pod", || async {
+        let items = pods.list(&by_app).await.unwrap().items;
+        let active: Vec<String> = items
+            .iter()
+            .filter(|p| jumppod_host::objects::is_active(p))
+            .map(|p| jumppod_host::objects::name_of(&p.metadata).to_owned())
+            .collect();
+        (active.len() == 1).then_some(active)
+    })
+    .await;
+    assert_eq!(left, [kept]);
+}

@@ -494,68 +494,204 @@ async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port()
     assert_eq!(replicasets(&sim).len(), 1);
 }
 
-/// 9. An older release in the loop, recreating its bare pod and Service on each run: with
-/// the policy the bare pod is labelled at creation and adopted, the ReplicaSet deletes the
-/// surplus pod, the Service (never deleted) keeps its NodePort. The cost: one pod created
-/// and deleted per run of the older release.
+/// 9. An older dstack server still running jobs after the upgrade, as it really behaves: its
+/// `run_job` reads the jump pod by exact name, never finds the ReplicaSet's pod, and on every
+/// job deletes the Service, creates it again (on a NodePort the cluster allocates unless its
+/// `proxy_jump.port` is set) and creates a bare pod `<name>`, then looks for that pod by name
+/// and fails. With the policy the bare pod is mutated into the current labels, adopted and
+/// deleted as surplus (the ReplicaSet keeps its older, ready pod); `ensure` puts the current
+/// selector back on the recreated Service's NodePort and reports the fight.
+#[rstest]
+#[case::pre_3891_without_a_port(Release::Pre3891, None)]
+#[case::pre_3891_with_a_port(Release::Pre3891, Some(32000))]
+#[case::post_3891_without_a_port(Release::Post3891, None)]
+#[case::post_3891_with_a_port(Release::Post3891, Some(32000))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_older_release_in_the_loop_converges() {
+async fn an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
+    #[case] release: Release,
+    #[case] port: Option<i32>,
+) {
     let sim = start().await;
-    let config = config("hostname: h");
+    let config = config(&match port {
+        Some(p) => format!("hostname: h\nport: {p}"),
+        None => "hostname: h".to_owned(),
+    });
     ensure(&sim, &config).await.unwrap();
     sim.settle().await;
-    let port = node_port(&service(&sim));
     let first_pod = resolve::resolve(&kube(&sim).await, &config)
         .await
         .unwrap()
         .proxy
         .pod;
-    let mut churn = 0;
-    for _ in 0..5 {
-        // What dstack before #3891 did in run_job(): create the bare pod and the Service.
-        let pod = sim.create(
-            "pods",
-            Some(NS),
-            json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}},
-                "spec": {"containers": [{"name": format!("{NAME}-container"), "image": "sshd"}]}
-            }),
+    let old = OldServer {
+        namespace: NS.into(),
+        release,
+        port,
+        as_the_policy_mutates: false,
+    };
+    let kube = kube(&sim).await;
+    let mut ports = vec![node_port(&service(&sim)) as i32];
+    let jobs = 4;
+    for job in 0..jobs {
+        let done = old_server_job(&kube, &old, || sim.settle()).await;
+        assert!(!done.untouched, "job {job}: {done:?}");
+        assert!(done.service_deleted, "job {job}: {done:?}");
+        let created = done.pod_created.clone().unwrap();
+        assert!(created.is_ok(), "job {job}: {created:?}");
+        assert!(
+            done.final_read.is_none(),
+            "job {job}: the bare pod was deleted as surplus: {done:?}"
         );
-        if pod.is_ok() {
-            churn += 1;
+        assert!(!done.found_running(), "so the older server's job fails");
+        let recreated_on = done.service_recreated.clone().unwrap().unwrap();
+        if let Some(p) = port {
+            assert_eq!(
+                recreated_on, p,
+                "a fixed proxy_jump.port keeps the NodePort"
+            );
         }
-        let svc = sim.create(
-            "services",
-            Some(NS),
-            json!({
-                "apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": SVC},
-                "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/name": NAME},
-                         "ports": [{"port": 22, "targetPort": 22}]}
-            }),
-        );
-        assert_eq!(svc.unwrap_err()["reason"], "AlreadyExists");
-        sim.settle().await;
-        ensure(&sim, &config).await.unwrap();
-        sim.settle().await;
+        // The churn of one job: the old server's pod, created and deleted; the ReplicaSet
+        // kept its ready pod and created none (a replacement would have another name).
         let active = active_pods(&sim);
         assert_eq!(active.len(), 1, "{active:#?}");
-        assert_eq!(node_port(&service(&sim)), port);
-        let proxy = resolve::resolve(&kube(&sim).await, &config)
-            .await
-            .unwrap()
-            .proxy;
-        assert_eq!(proxy.port as i64, port);
-        assert_eq!(
-            proxy.pod, first_pod,
-            "the ReplicaSet keeps its older, ready pod"
+        assert_eq!(active[0]["metadata"]["name"], first_pod.as_str());
+
+        let report = ensure(&sim, &config).await.unwrap();
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| matches!(f, Finding::OlderServerFight { .. })),
+            "{report}"
         );
+        let svc = service(&sim);
+        assert_eq!(
+            svc["spec"]["selector"],
+            json!({"app.kubernetes.io/instance": NAME}),
+            "ensure leaves the current selector: {report}"
+        );
+        let rewritten = report
+            .applied
+            .iter()
+            .any(|a| matches!(a.action, Action::CreateService { .. }));
+        assert_eq!(rewritten, release == Release::Pre3891, "{report}");
+        assert_eq!(
+            node_port(&svc) as i32,
+            recreated_on,
+            "on the NodePort the old server's Service got"
+        );
+        sim.settle().await;
+        let proxy = resolve::resolve(&kube, &config).await.unwrap().proxy;
+        assert_eq!(
+            (proxy.pod.as_str(), proxy.port),
+            (first_pod.as_str(), recreated_on)
+        );
+        ports.push(recreated_on);
     }
-    assert_eq!(
-        churn, 5,
-        "each run of the older release costs one pod created and deleted"
+    let distinct: std::collections::BTreeSet<i32> = ports.iter().copied().collect();
+    match port {
+        Some(_) => assert_eq!(distinct.len(), 1, "{ports:?}"),
+        // Each job allocates a new NodePort: running jobs lose their proxy each time.
+        None => assert!(distinct.len() > 1, "{ports:?}"),
+    }
+}
+
+/// 9b. Without the policy a pre-#3891 server's bare pod keeps its old labels: it runs beside
+/// the ReplicaSet's pod (two pods), its Service routes to it, and its next jobs find both by
+/// name and touch nothing. `ensure` keeps the old Service while that pod runs and reports the
+/// fight; once the pod is gone the Service gets the current selector on the same NodePort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets() {
+    let sim = Sim::start(SimConfig {
+        admission: None,
+        ..sim_config()
+    })
+    .await
+    .unwrap();
+    let config = config("hostname: h");
+    ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let old = OldServer {
+        namespace: NS.into(),
+        release: Release::Pre3891,
+        port: None,
+        as_the_policy_mutates: false,
+    };
+    let kube = kube(&sim).await;
+    let first = old_server_job(&kube, &old, || sim.settle()).await;
+    assert!(first.found_running(), "its pod runs beside: {first:?}");
+    let port = first.node_port_after().unwrap();
+    assert_ne!(Some(port), first.node_port_before);
+    assert_eq!(active_pods(&sim).len(), 2);
+    for _ in 0..3 {
+        let again = old_server_job(&kube, &old, || sim.settle()).await;
+        assert!(again.untouched && again.found_running(), "{again:?}");
+    }
+    let report = ensure(&sim, &config).await.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+    let fight = report
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::OlderServerFight { .. }))
+        .unwrap_or_else(|| panic!("{report}"));
+    let text = fight.to_string();
+    assert!(
+        report.to_string().contains(&format!("warning: {text}")),
+        "ensure prints it as a warning: {report}"
     );
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(
+        json["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "olderServerFight" && f["nodePort"] == port),
+        "ensure -o json: {json:#}"
+    );
+    assert!(text.contains("with the pre-#3891 selector"), "{text}");
+    assert!(
+        text.contains("a bare pod dstack-main-ssh-jump-pod (pre-#3891 labels)"),
+        "{text}"
+    );
+    assert!(
+        report.findings.contains(&Finding::LegacyServiceKept {
+            service: SVC.into(),
+            node_port: Some(port)
+        }),
+        "{report}"
+    );
+    let status = jumppod_host::status::status(&kube, &config).await.unwrap();
+    assert_eq!(status.pods.len(), 2, "{status}");
+    assert!(
+        status
+            .to_string()
+            .contains("finding: an older dstack server is running jobs"),
+        "{status}"
+    );
+    let json = serde_json::to_value(&status).unwrap();
+    assert!(
+        json["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "olderServerFight"),
+        "{json:#}"
+    );
+
+    // The old server is stopped and its pod goes: the Service is repaired on the same port.
+    sim.delete("pods", Some(NS), NAME);
+    let report = ensure(&sim, &config).await.unwrap();
+    sim.settle().await;
+    let svc = service(&sim);
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME}),
+        "{report}"
+    );
+    assert_eq!(node_port(&svc) as i32, port);
+    let proxy = resolve::resolve(&kube, &config).await.unwrap().proxy;
+    assert_eq!(proxy.port, port);
+    assert_eq!(active_pods(&sim).len(), 1);
 }
 
 /// 11a. Faults on each call of a first ensure: retried, end state correct.

@@ -334,6 +334,24 @@ async fn node_ports() {
         .unwrap();
 }
 
+// Allocated NodePorts come from above the static band (30000-30085), as the real allocator
+// hands them out since ServiceNodePortStaticSubrange (pinned on the real control plane by
+// host/tests/real_cluster.rs): a uniform pick over the whole range would put one of 200 below
+// 30086 with probability 99.8 %.
+#[tokio::test(flavor = "multi_thread")]
+async fn allocated_node_ports_avoid_the_static_band() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let svcs: Api<Service> = Api::namespaced(client(&sim).await, "default");
+    for i in 0..200 {
+        let s = svcs
+            .create(&PostParams::default(), &svc(&format!("s{i}"), None))
+            .await
+            .unwrap();
+        let np = s.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
+        assert!((30086..=32767).contains(&np), "{np}");
+    }
+}
+
 // A ReplicaSet whose selector does not match its template labels is 422 Invalid.
 #[tokio::test(flavor = "multi_thread")]
 async fn replicaset_selector_mismatch() {

@@ -230,6 +230,46 @@ async fn surplus_pods_are_deleted() {
     assert_eq!(rs_now.status.unwrap().observed_generation, Some(2));
 }
 
+// Among ready pods, a lower `controller.kubernetes.io/pod-deletion-cost` goes first, before
+// age is considered (the real controller's rule 4; pinned on the real control plane by
+// host/tests/real_cluster.rs). Each pod in turn is the costly one and survives.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pod_with_the_lower_deletion_cost_goes_first() {
+    for keep in 0..2 {
+        let sim = Sim::start(SimConfig::default()).await.unwrap();
+        let c = client(&sim).await;
+        let rss: Api<ReplicaSet> = Api::namespaced(c.clone(), "default");
+        rss.create(&PostParams::default(), &rs("web", 2))
+            .await
+            .unwrap();
+        settle(&sim).await;
+        let pods: Api<Pod> = Api::namespaced(c, "default");
+        let kept = pods_of(&pods, "web").await[keep]
+            .metadata
+            .name
+            .clone()
+            .unwrap();
+        let cost = json!({"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "100"}}});
+        pods.patch(&kept, &PatchParams::default(), &Patch::Merge(&cost))
+            .await
+            .unwrap();
+        rss.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+        settle(&sim).await;
+        let names: Vec<String> = pods_of(&pods, "web")
+            .await
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap())
+            .collect();
+        assert_eq!(names, [kept], "keep {keep}");
+    }
+}
+
 // A terminating pod (deletionTimestamp set) is not counted: the controller replaces it before it is gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn terminating_pods_are_not_counted() {

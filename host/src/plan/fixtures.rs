@@ -130,3 +130,30 @@ pub fn run(observed: &Observed) -> Plan {
     let c = config();
     plan(&c, &Desired::from_config(&c), observed)
 }
+
+/// A ReplicaSet `ensure` created when the Service `service_uid` and the bare pod `pod_uid`
+/// existed (empty: none).
+pub fn recorded_rs(service_uid: &str, pod_uid: &str) -> ReplicaSet {
+    let mut rs = rs(1);
+    rs.metadata.creation_timestamp = Some(typed(json!("2026-11-30T10:00:00Z")));
+    rs.metadata.annotations = Some(BTreeMap::from([
+        (
+            crate::objects::FOUND_SERVICE_ANNOTATION.to_owned(),
+            service_uid.to_owned(),
+        ),
+        (
+            crate::objects::FOUND_POD_ANNOTATION.to_owned(),
+            pod_uid.to_owned(),
+        ),
+    ]));
+    rs
+}
+
+/// The Service as `ensure` creates it: with jumppod's annotation.
+pub fn ours(mut svc: Service) -> Service {
+    svc.metadata.annotations = Some(BTreeMap::from([(
+        crate::objects::CREATED_BY_ANNOTATION.to_owned(),
+        crate::objects::CREATED_BY.to_owned(),
+    )]));
+    svc
+}

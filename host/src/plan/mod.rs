@@ -11,7 +11,9 @@
 //! 4. a missing Service is created (NodePort `port` if configured); a Service with the legacy
 //!    selector (dstack before #3891) is kept while a legacy pod is active, then deleted (uid
 //!    precondition) and recreated with the current selector and the same NodePort;
-//! 5. pods the scheduler cannot place are reported with its reason and message.
+//! 5. pods the scheduler cannot place are reported with its reason and message;
+//! 6. an older dstack server still running jobs (a Service or a bare pod `<name>` that appeared
+//!    after the ReplicaSet and is not jumppod's) is reported with what to do.
 
 mod drift;
 #[cfg(test)]
@@ -23,6 +25,7 @@ use crate::action::{Action, Finding};
 use crate::config::Config;
 use crate::manifest::{self, Desired};
 use crate::objects::{
+    CREATED_BY, CREATED_BY_ANNOTATION, FOUND_POD_ANNOTATION, FOUND_SERVICE_ANNOTATION, annotation,
     containers_waiting, controller_of, is_finished, name_of, node_port, phase_of, phase_text,
     pods_refused, ready_condition, replicaset_selector, schema_of, selector_text, service_schema,
     service_selector, unschedulable,
@@ -30,6 +33,7 @@ use crate::objects::{
 use jumppod::schema::{self, Schema};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// What `observe` read. `looked_further` says whether the bare pod and the pods were read
 /// (they are only read when the ReplicaSet or the Service is missing or not as expected).
@@ -64,9 +68,11 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
     }
 
     match &observed.replicaset {
-        None => out.actions.push(Action::CreateReplicaSet(Box::new(
-            desired.replicaset.clone(),
-        ))),
+        None => out
+            .actions
+            .push(Action::CreateReplicaSet(Box::new(recording_what_exists(
+                desired, observed,
+            )))),
         Some(rs) => {
             let selector = replicaset_selector(rs);
             if Schema::of_selector(&selector, name) != Some(Schema::Current) {
@@ -191,6 +197,8 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
         }
     }
 
+    out.findings.extend(older_server_fight(config, observed));
+
     let mut seen = std::collections::BTreeSet::new();
     for pod in observed.pods.iter().chain(observed.bare_pod.iter()) {
         if !seen.insert(name_of(&pod.metadata).to_owned()) {
@@ -200,6 +208,75 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
         out.findings.extend(containers_waiting(pod));
     }
     out
+}
+
+/// The ReplicaSet to create, annotated with the uids of the Service and the bare pod that
+/// exist now: they are the upgrade's, not signs of an older server fighting it later.
+fn recording_what_exists(desired: &Desired, observed: &Observed) -> ReplicaSet {
+    let uid = |meta: Option<&ObjectMeta>| meta.and_then(|m| m.uid.clone()).unwrap_or_default();
+    let mut rs = desired.replicaset.clone();
+    rs.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .extend([
+            (
+                FOUND_SERVICE_ANNOTATION.to_owned(),
+                uid(observed.service.as_ref().map(|s| &s.metadata)),
+            ),
+            (
+                FOUND_POD_ANNOTATION.to_owned(),
+                uid(observed.bare_pod.as_ref().map(|p| &p.metadata)),
+            ),
+        ]);
+    rs
+}
+
+/// An older dstack server running jobs of this project after the upgrade: each job of it
+/// recreates the Service (without jumppod's annotation) and creates a bare pod named `<name>`.
+/// Decided only for a ReplicaSet that recorded what existed at its creation; one created by an
+/// earlier jumppod cannot tell the upgrade's objects from the fight's.
+fn older_server_fight(config: &Config, observed: &Observed) -> Option<Finding> {
+    let rs = observed.replicaset.as_ref()?;
+    let found_service = annotation(&rs.metadata, FOUND_SERVICE_ANNOTATION)?;
+    let found_pod = annotation(&rs.metadata, FOUND_POD_ANNOTATION).unwrap_or_default();
+    let since = rs
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| format!(" (created {})", t.0))
+        .unwrap_or_default();
+    let mut signs = Vec::new();
+    if let Some(svc) = &observed.service {
+        let uid = svc.metadata.uid.as_deref().unwrap_or_default();
+        let ours = annotation(&svc.metadata, CREATED_BY_ANNOTATION) == Some(CREATED_BY);
+        if !ours && uid != found_service {
+            let schema = match service_schema(svc, &config.name) {
+                Some(Schema::Legacy) => ", with the pre-#3891 selector",
+                _ => "",
+            };
+            signs.push(format!(
+                "service {} was recreated by someone else after the ReplicaSet{since}{schema}",
+                name_of(&svc.metadata)
+            ));
+        }
+    }
+    if let Some(pod) = &observed.bare_pod
+        && pod.metadata.uid.as_deref().unwrap_or_default() != found_pod
+    {
+        signs.push(format!(
+            "a bare pod {} ({} labels) appeared after the ReplicaSet{since}",
+            name_of(&pod.metadata),
+            schema_of(pod, &config.name).map_or("foreign", Schema::as_str)
+        ));
+    }
+    (!signs.is_empty()).then(|| Finding::OlderServerFight {
+        namespace: config.namespace.clone(),
+        service: schema::service_name(&config.name),
+        pod: config.name.clone(),
+        node_port: observed.service.as_ref().and_then(node_port),
+        configured_port: config.port,
+        signs,
+    })
 }
 
 /// Whether `observe` must read further than the ReplicaSet and the Service: something is
@@ -413,6 +490,147 @@ mod tests {
             expected,
             plan.findings
         );
+    }
+
+    fn fight(plan: &Plan) -> Option<&Finding> {
+        plan.findings
+            .iter()
+            .find(|f| matches!(f, Finding::OlderServerFight { .. }))
+    }
+
+    fn signs(plan: &Plan) -> Vec<String> {
+        match fight(plan) {
+            Some(Finding::OlderServerFight { signs, .. }) => signs.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[rstest]
+    #[case::a_service_recreated_by_someone_else_after_the_replicaset_is_an_older_servers_job(
+        Observed { replicaset: Some(recorded_rs("svc-before", "")), service: Some(current_svc(31999)), ..steady() },
+        &["service dstack-main-ssh-jump-pod-service was recreated by someone else after the ReplicaSet (created 2026-11-30T10:00:00Z)"])]
+    #[case::a_recreated_service_with_the_pre_3891_selector_says_so(
+        Observed { replicaset: Some(recorded_rs("svc-before", "")), service: Some(legacy_svc(31999)),
+                   looked_further: true, ..steady() },
+        &["service dstack-main-ssh-jump-pod-service was recreated by someone else after the ReplicaSet (created 2026-11-30T10:00:00Z), with the pre-#3891 selector"])]
+    #[case::a_bare_pod_appearing_after_the_replicaset_is_an_older_servers_job(
+        Observed { replicaset: Some(recorded_rs("", "")), service: Some(ours(current_svc(31022))),
+                   looked_further: true, bare_pod: Some(bare_pod("Running", false)), ..steady() },
+        &["a bare pod dstack-main-ssh-jump-pod (pre-#3891 labels) appeared after the ReplicaSet (created 2026-11-30T10:00:00Z)"])]
+    #[case::both_signs_are_named(
+        Observed { replicaset: Some(recorded_rs("", "")), service: Some(current_svc(31022)),
+                   looked_further: true, bare_pod: Some(owned(bare_pod("Running", true), "ReplicaSet", NAME)), ..steady() },
+        &["service dstack-main-ssh-jump-pod-service was recreated by someone else after the ReplicaSet (created 2026-11-30T10:00:00Z)",
+          "a bare pod dstack-main-ssh-jump-pod (current labels) appeared after the ReplicaSet (created 2026-11-30T10:00:00Z)"])]
+    #[case::the_service_the_replicaset_found_at_its_creation_is_the_upgrades_not_a_fight(
+        Observed { replicaset: Some(recorded_rs("svc-uid", "")), service: Some(current_svc(31022)), ..steady() }, &[])]
+    #[case::the_bare_pod_the_replicaset_found_at_its_creation_is_the_upgrades_not_a_fight(
+        Observed { replicaset: Some(recorded_rs("svc-uid", "bare-uid")), service: Some(legacy_svc(31022)),
+                   looked_further: true, bare_pod: Some(bare_pod("Running", false)), ..steady() }, &[])]
+    #[case::a_service_jumppod_created_is_not_a_fight(
+        Observed { replicaset: Some(recorded_rs("", "")), service: Some(ours(current_svc(31022))), ..steady() }, &[])]
+    #[case::a_replicaset_that_recorded_nothing_cannot_tell_and_says_nothing(
+        Observed { service: Some(current_svc(31999)), looked_further: true,
+                   bare_pod: Some(bare_pod("Running", false)), ..steady() }, &[])]
+    fn recognises_an_older_server_fighting_the_replicaset(
+        #[case] observed: Observed,
+        #[case] expected: &[&str],
+    ) {
+        assert_eq!(signs(&run(&observed)), expected);
+    }
+
+    #[test]
+    fn a_replicaset_records_the_service_and_the_bare_pod_that_exist_at_its_creation() {
+        let plan = run(&Observed {
+            replicaset: None,
+            namespace_exists: Some(true),
+            looked_further: true,
+            service: Some(legacy_svc(30555)),
+            bare_pod: Some(bare_pod("Running", false)),
+            ..steady()
+        });
+        let Action::CreateReplicaSet(rs) = &plan.actions[0] else {
+            panic!("{:?}", plan.actions)
+        };
+        let found = |key| annotation(&rs.metadata, key).map(str::to_owned);
+        assert_eq!(found(FOUND_SERVICE_ANNOTATION).as_deref(), Some("svc-uid"));
+        assert_eq!(found(FOUND_POD_ANNOTATION).as_deref(), Some("bare-uid"));
+        let fresh = run(&Observed {
+            replicaset: None,
+            service: None,
+            namespace_exists: Some(true),
+            looked_further: true,
+            ..steady()
+        });
+        let Action::CreateReplicaSet(rs) = &fresh.actions[0] else {
+            panic!("{:?}", fresh.actions)
+        };
+        assert_eq!(annotation(&rs.metadata, FOUND_SERVICE_ANNOTATION), Some(""));
+        let Action::CreateService { service, .. } = &fresh.actions[1] else {
+            panic!("{:?}", fresh.actions)
+        };
+        assert_eq!(
+            annotation(&service.metadata, CREATED_BY_ANNOTATION),
+            Some(CREATED_BY),
+            "the Service jumppod creates is marked as its own"
+        );
+    }
+
+    #[rstest]
+    #[case::without_a_port_it_asks_for_one(None, "meanwhile set proxy_jump.port")]
+    #[case::with_a_port_it_asks_to_keep_it_everywhere(
+        Some(32000),
+        "meanwhile keep proxy_jump.port: 32000 on every server"
+    )]
+    fn the_fight_says_what_it_means_and_what_to_do(
+        #[case] port: Option<i32>,
+        #[case] advice: &str,
+    ) {
+        let c = match port {
+            Some(p) => config_with(&format!("port: {p}")),
+            None => config(),
+        };
+        let observed = Observed {
+            replicaset: Some(recorded_rs("svc-before", "")),
+            service: Some(current_svc(port.unwrap_or(31999))),
+            ..steady()
+        };
+        let plan = plan(&c, &Desired::from_config(&c), &observed);
+        let finding = fight(&plan).expect("a fight");
+        assert!(finding.is_warning());
+        let text = finding.to_string();
+        for part in [
+            "an older dstack server is running jobs of this project",
+            "each of its jobs deletes and recreates service dstack-main-ssh-jump-pod-service (the NodePort may change, now ",
+            "then fails",
+            "Upgrade every dstack server of this project to a release that uses jumppod, or stop the old one",
+            advice,
+            "kubectl -n dstack annotate service dstack-main-ssh-jump-pod-service jumppod.dstack.ai/created-by=jumppod",
+        ] {
+            assert!(text.contains(part), "{part:?} not in {text}");
+        }
+        assert_eq!(
+            serde_json::to_value(finding).unwrap()["kind"],
+            "olderServerFight"
+        );
+    }
+
+    #[test]
+    fn a_recreated_pre_3891_service_is_replaced_on_its_port_once_no_pre_3891_pod_is_active() {
+        let plan = run(&Observed {
+            replicaset: Some(recorded_rs("svc-before", "")),
+            service: Some(legacy_svc(31999)),
+            looked_further: true,
+            ..steady()
+        });
+        assert_eq!(
+            kinds(&plan),
+            [
+                "delete service dstack-main-ssh-jump-pod-service",
+                "create service on Some(31999)"
+            ]
+        );
+        assert!(fight(&plan).is_some());
     }
 
     #[test]

@@ -243,3 +243,156 @@ pub async fn reported_by_every_command(
     assert!(status.findings.contains(&finding), "{status}");
     finding
 }
+
+/// Which older dstack release plays the old server: its pod labels and its Service selector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// Before #3891: the pod labelled `app.kubernetes.io/name=<name>` only, the Service
+    /// selecting on it.
+    Pre3891,
+    /// After #3891, before jumppod: the current labels and selector, still a bare pod.
+    Post3891,
+}
+
+/// An older dstack server running jobs of a project whose jump pod jumppod manages.
+#[derive(Clone, Debug)]
+pub struct OldServer {
+    pub namespace: String,
+    pub release: Release,
+    /// Its `proxy_jump.port`: the NodePort it asks for when it recreates the Service.
+    pub port: Option<i32>,
+    /// Send the pod as the jumppod policy's mutation leaves it (its labels and resources):
+    /// for a cluster without the policy's webhook that must show what the policy changes.
+    pub as_the_policy_mutates: bool,
+}
+
+/// What one job of the older server did to the jump pod's objects.
+#[derive(Clone, Debug)]
+pub struct OldJob {
+    /// The Service and a pod named `<name>` were both found: the job touched nothing.
+    pub untouched: bool,
+    pub service_deleted: bool,
+    /// The NodePort of the Service it recreated, or the API's refusal.
+    pub service_recreated: Option<Result<i32, String>>,
+    pub node_port_before: Option<i32>,
+    /// The bare pod's uid, or the API's refusal (409 while the previous one terminates).
+    pub pod_created: Option<Result<String, String>>,
+    /// The pod named `<name>` when the job looked for it again (None: 404, the job fails).
+    pub final_read: Option<k8s_openapi::api::core::v1::Pod>,
+}
+
+impl OldJob {
+    pub fn node_port_after(&self) -> Option<i32> {
+        match &self.service_recreated {
+            Some(Ok(p)) => Some(*p),
+            _ => self.node_port_before,
+        }
+    }
+
+    /// What the job's read by name found: a Running pod not being deleted. Anything else
+    /// fails the job (404 raises; a terminating pod never gets ready).
+    pub fn found_running(&self) -> bool {
+        self.final_read.as_ref().is_some_and(|p| {
+            jumppod_host::objects::phase_of(p) == "Running"
+                && p.metadata.deletion_timestamp.is_none()
+        })
+    }
+}
+
+fn status_message(e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
+        other => other.to_string(),
+    }
+}
+
+/// One `run_job` of an older dstack server for project `main`, as its Kubernetes backend does
+/// it (`_create_jump_pod_service_if_not_exists`, then `_check_and_configure_jump_pod_service`):
+/// read the Service and the pod by exact name; if both exist, go on; otherwise delete the pod
+/// by name, create a bare BestEffort pod `<name>` (no resources, labels of its release), delete
+/// the Service and create it again (NodePort `port` or allocated, selector of its release).
+/// `settle` lets the cluster act (controllers, kubelet); then the job reads the pod by name
+/// again. Through the host's kube client, so the same code runs on the simulator and on the
+/// real control plane.
+pub async fn old_server_job<F, Fut>(kube: &Kube, old: &OldServer, settle: F) -> OldJob
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use kube::Api;
+    use kube::api::{DeleteParams, PostParams};
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &old.namespace);
+    let services: Api<Service> = Api::namespaced(kube.client.clone(), &old.namespace);
+    let service = services.get_opt(SVC).await.expect("read the Service");
+    let pod = pods.get_opt(NAME).await.expect("read the pod");
+    let mut job = OldJob {
+        untouched: false,
+        service_deleted: false,
+        service_recreated: None,
+        node_port_before: service.as_ref().and_then(jumppod_host::objects::node_port),
+        pod_created: None,
+        final_read: None,
+    };
+    if service.is_some() && pod.is_some() {
+        job.untouched = true;
+    } else {
+        match pods.delete(NAME, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if jumppod_host::api::is_not_found(&e) => {}
+            Err(e) => panic!("delete the pod: {e}"),
+        }
+        let (labels, selector, schema) = match old.release {
+            Release::Pre3891 => (
+                schema::legacy_selector(NAME),
+                schema::legacy_selector(NAME),
+                schema::Schema::Legacy,
+            ),
+            Release::Post3891 => (
+                schema::current_labels(NAME, "main"),
+                schema::current_selector(NAME),
+                schema::Schema::Current,
+            ),
+        };
+        let mut body = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": NAME, "labels": labels},
+            "spec": {"containers": [{
+                "name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE,
+                "ports": [{"containerPort": 22}]}]}
+        });
+        if old.as_the_policy_mutates {
+            let typed: Pod = serde_json::from_value(body.clone()).expect("a pod");
+            jumppod::mutate::plan(&typed, schema, &jumppod::Contract::default()).apply(&mut body);
+        }
+        let body: Pod = serde_json::from_value(body).expect("a pod");
+        job.pod_created = Some(
+            pods.create(&PostParams::default(), &body)
+                .await
+                .map(|p| p.metadata.uid.unwrap_or_default())
+                .map_err(status_message),
+        );
+        match services.delete(SVC, &DeleteParams::default()).await {
+            Ok(_) => job.service_deleted = true,
+            Err(e) if jumppod_host::api::is_not_found(&e) => {}
+            Err(e) => panic!("delete the Service: {e}"),
+        }
+        let svc: Service = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": SVC},
+            "spec": {"type": "NodePort", "selector": selector,
+                     "ports": [{"port": 22, "targetPort": 22, "nodePort": old.port}]}
+        }))
+        .expect("a service");
+        job.service_recreated = Some(
+            services
+                .create(&PostParams::default(), &svc)
+                .await
+                .map(|s| jumppod_host::objects::node_port(&s).unwrap_or_default())
+                .map_err(status_message),
+        );
+    }
+    settle().await;
+    job.final_read = pods.get_opt(NAME).await.expect("read the pod again");
+    job
+}

@@ -109,20 +109,16 @@ fn replicaset(st: &mut State, rs: &Value) {
             }
         }
     } else if active.len() > want {
-        // Delete the least useful first: unassigned, pending, not ready, newest.
-        let rank = |p: &Value| {
-            (
-                p.pointer("/spec/nodeName").is_some(),
-                match phase(p) {
-                    "Pending" => 0,
-                    "Unknown" => 1,
-                    _ => 2,
-                },
-                condition_true(p, "Ready"),
-                std::cmp::Reverse(meta_str(p, "creationTimestamp").to_string()),
-            )
-        };
-        active.sort_by_key(rank);
+        // Delete the least useful first, ranked as the real controller ranks them.
+        let mut on_node: std::collections::HashMap<String, usize> = Default::default();
+        for p in &active {
+            *on_node.entry(node_of(p).to_owned()).or_default() += 1;
+        }
+        let now = chrono::Utc::now();
+        active.sort_by(|a, b| {
+            let rank = |p: &Value| on_node.get(node_of(p)).copied().unwrap_or(0);
+            deletes_first(a, b, rank(a), rank(b), now)
+        });
         let surplus: Vec<Value> = active.drain(..active.len() - want).collect();
         for p in surplus {
             let deleted = st.delete(
@@ -186,6 +182,113 @@ fn replicaset(st: &mut State, rs: &Value) {
         latest["status"] = status;
         st.put_raw(resources::by_name("replicasets").unwrap(), latest);
     }
+}
+
+fn node_of(p: &Value) -> &str {
+    p.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn time_at(v: Option<&Value>) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(v?.as_str()?)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
+/// Which of two active pods of a ReplicaSet is deleted first, as `ActivePodsWithRanks.Less`
+/// (pkg/controller/controller_utils.go, 1.36, LogarithmicScaleDown and PodDeletionCost on)
+/// decides: unassigned; Pending < Unknown < Running; not ready; lower
+/// `controller.kubernetes.io/pod-deletion-cost`; more of the ReplicaSet's active pods on its
+/// node (`rank`); ready more recently and then created more recently, both compared by the
+/// base-2 logarithm of the nanoseconds since then, ties broken by uid; more container restarts.
+fn deletes_first(
+    a: &Value,
+    b: &Value,
+    rank_a: usize,
+    rank_b: usize,
+    now: chrono::DateTime<chrono::Utc>,
+) -> std::cmp::Ordering {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let first = |a_first: bool| if a_first { Less } else { Greater };
+    let (na, nb) = (node_of(a), node_of(b));
+    if na != nb && (na.is_empty() || nb.is_empty()) {
+        return first(na.is_empty());
+    }
+    let ordinal = |p: &Value| match phase(p) {
+        "Unknown" => 1,
+        "Running" => 2,
+        _ => 0,
+    };
+    if ordinal(a) != ordinal(b) {
+        return first(ordinal(a) < ordinal(b));
+    }
+    let (ra, rb) = (condition_true(a, "Ready"), condition_true(b, "Ready"));
+    if ra != rb {
+        return first(!ra);
+    }
+    let cost = |p: &Value| {
+        p.pointer("/metadata/annotations/controller.kubernetes.io~1pod-deletion-cost")
+            .and_then(Value::as_str)
+            .and_then(|c| c.parse::<i32>().ok())
+            .unwrap_or(0)
+    };
+    if cost(a) != cost(b) {
+        return first(cost(a) < cost(b));
+    }
+    if rank_a != rank_b {
+        return first(rank_a > rank_b);
+    }
+    // `afterOrZero`, then the logarithmic buckets of LogarithmicScaleDown.
+    let by_time = |ta: Option<chrono::DateTime<chrono::Utc>>,
+                   tb: Option<chrono::DateTime<chrono::Utc>>|
+     -> Option<std::cmp::Ordering> {
+        if ta == tb {
+            return None;
+        }
+        let (Some(ta), Some(tb)) = (ta, tb) else {
+            return Some(first(ta.is_none()));
+        };
+        let bucket = |t: chrono::DateTime<chrono::Utc>| {
+            let d = (now - t).num_nanoseconds().unwrap_or(i64::MAX);
+            if d > 0 { (d as f64).log2() as i64 } else { -1 }
+        };
+        Some(match bucket(ta).cmp(&bucket(tb)) {
+            Equal => first(meta_str(a, "uid") < meta_str(b, "uid")),
+            o => o,
+        })
+    };
+    if ra && rb {
+        let ready_at = |p: &Value| {
+            time_at(
+                p.pointer("/status/conditions")
+                    .and_then(Value::as_array)?
+                    .iter()
+                    .find(|c| c["type"] == "Ready" && c["status"] == "True")?
+                    .get("lastTransitionTime"),
+            )
+        };
+        if let Some(o) = by_time(ready_at(a), ready_at(b)) {
+            return o;
+        }
+    }
+    let restarts = |p: &Value| {
+        p.pointer("/status/containerStatuses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+            .max()
+            .unwrap_or(0)
+    };
+    if restarts(a) != restarts(b) {
+        return first(restarts(a) > restarts(b));
+    }
+    by_time(
+        time_at(a.pointer("/metadata/creationTimestamp")),
+        time_at(b.pointer("/metadata/creationTimestamp")),
+    )
+    .unwrap_or(Equal)
 }
 
 /// The status conditions after a sync, as `calculateStatus` of the ReplicaSet controller

@@ -8,6 +8,25 @@ use std::collections::BTreeSet;
 
 const NODE_PORT_MIN: i64 = 30000;
 const NODE_PORT_MAX: i64 = 32767;
+/// The start of the band the allocator picks from first. Since ServiceNodePortStaticSubrange
+/// (GA in 1.29) the range's lower part, `min(max(16, size/32), 128)` ports (86 of 30000-32767),
+/// is left to Services that ask for a port by number, and allocation picks at random above it;
+/// only when that band is full does it pick from below.
+const NODE_PORT_DYNAMIC_MIN: i64 = NODE_PORT_MIN + static_band(NODE_PORT_MAX - NODE_PORT_MIN + 1);
+
+const _: () = assert!(NODE_PORT_DYNAMIC_MIN == 30086);
+
+const fn static_band(size: i64) -> i64 {
+    if size < 16 {
+        0
+    } else if size / 32 < 16 {
+        16
+    } else if size / 32 > 128 {
+        128
+    } else {
+        size / 32
+    }
+}
 
 impl State {
     /// Checks and assigns the Service's clusterIP and nodePorts. `old` ports stay theirs.
@@ -72,22 +91,13 @@ impl State {
                     });
                     let np = match reuse.filter(|r| !taken_here.contains(r)) {
                         Some(r) => r,
-                        None => {
-                            let free = (NODE_PORT_MAX - NODE_PORT_MIN + 1) as usize
-                                - self.node_ports.len()
-                                - taken_here.len();
-                            if free == 0 {
+                        None => match self.next_node_port(&taken_here) {
+                            Some(np) => np,
+                            None => {
                                 errs.push(FieldError::invalid(field, "0", "range is full"));
                                 continue;
                             }
-                            let mut rng = rand::rng();
-                            loop {
-                                let c = rng.random_range(NODE_PORT_MIN..=NODE_PORT_MAX);
-                                if !self.node_ports.contains(&c) && !taken_here.contains(&c) {
-                                    break c;
-                                }
-                            }
-                        }
+                        },
                     };
                     taken_here.insert(np);
                     p["nodePort"] = json!(np);
@@ -125,6 +135,31 @@ impl State {
             }
         }
         errs
+    }
+}
+
+impl State {
+    /// A free NodePort at random, from the dynamic band first, as the real allocator picks.
+    fn next_node_port(&self, taken_here: &BTreeSet<i64>) -> Option<i64> {
+        let taken = |c: &i64| self.node_ports.contains(c) || taken_here.contains(c);
+        let mut rng = rand::rng();
+        for band in [
+            NODE_PORT_DYNAMIC_MIN..=NODE_PORT_MAX,
+            NODE_PORT_MIN..=NODE_PORT_DYNAMIC_MIN - 1,
+        ] {
+            // Random tries, then a walk once the band is nearly full.
+            for _ in 0..64 {
+                let c = rng.random_range(band.clone());
+                if !taken(&c) {
+                    return Some(c);
+                }
+            }
+            let free: Vec<i64> = band.filter(|c| !taken(c)).collect();
+            if !free.is_empty() {
+                return Some(free[rng.random_range(0..free.len())]);
+            }
+        }
+        None
     }
 }
 
