@@ -124,17 +124,8 @@ pub enum Command {
         /// AdmissionRequest or AdmissionReview (JSON or YAML); several are evaluated in turn.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
-        /// Policy settings as JSON, or @FILE.
-        #[arg(long, default_value = "{}")]
-        settings: String,
-        /// The policy module to run (`make policy` writes policy.wasm).
-        #[arg(
-            long,
-            value_name = "PATH",
-            env = "JUMPPOD_POLICY_WASM",
-            default_value = "policy.wasm"
-        )]
-        policy: PathBuf,
+        #[command(flatten)]
+        module: Module,
     },
     #[cfg(feature = "wasm")]
     /// Serve the policy module as a Kubernetes mutating admission webhook (AdmissionReview v1
@@ -152,17 +143,8 @@ pub enum Command {
         /// The certificate's private key (PEM: PKCS#8, SEC1 or RSA).
         #[arg(long, value_name = "FILE")]
         tls_key: PathBuf,
-        /// Policy settings as JSON, or @FILE (the format Kubewarden's policy settings use).
-        #[arg(long, default_value = "{}")]
-        settings: String,
-        /// The policy module to run (`make policy` writes policy.wasm).
-        #[arg(
-            long,
-            value_name = "PATH",
-            env = "JUMPPOD_POLICY_WASM",
-            default_value = "policy.wasm"
-        )]
-        policy: PathBuf,
+        #[command(flatten)]
+        module: Module,
     },
     #[cfg(feature = "wasm")]
     /// Print the MutatingWebhookConfiguration that sends pods and ReplicaSets (CREATE, UPDATE:
@@ -185,6 +167,22 @@ pub enum Command {
         #[arg(long = "only-namespace", value_name = "NAMESPACE")]
         namespaces: Vec<String>,
     },
+}
+
+/// The policy module and its settings, as policy-server takes them.
+#[derive(Args)]
+pub struct Module {
+    /// Policy settings as JSON, or @FILE (the format of Kubewarden's policy settings).
+    #[arg(long, default_value = "{}")]
+    pub settings: String,
+    /// The policy module to run (`make policy` writes policy.wasm).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "JUMPPOD_POLICY_WASM",
+        default_value = "policy.wasm"
+    )]
+    pub policy: PathBuf,
 }
 
 #[derive(Subcommand)]

@@ -73,11 +73,10 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             listen,
             tls_cert,
             tls_key,
-            settings,
-            policy,
+            module,
         } => {
-            let settings = json_arg("--settings", &settings)?;
-            let module = crate::eval::load_checked(&policy, &settings)?;
+            let settings = json_arg("--settings", &module.settings)?;
+            let module = crate::eval::load_checked(&module.policy, &settings)?;
             let options = crate::webhook::Options {
                 listen,
                 cert: tls_cert,
@@ -153,13 +152,9 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             Ok(())
         }
         #[cfg(feature = "wasm")]
-        Command::Eval {
-            files,
-            settings,
-            policy,
-        } => {
-            let settings = json_arg("--settings", &settings)?;
-            let evaluations = crate::eval::eval(&files, &settings, &policy)?;
+        Command::Eval { files, module } => {
+            let settings = json_arg("--settings", &module.settings)?;
+            let evaluations = crate::eval::eval(&files, &settings, &module.policy)?;
             if let [evaluation] = evaluations.as_slice() {
                 println!("{}", to_json(&evaluation.response)?);
                 if printer.output == Output::Human

@@ -107,6 +107,28 @@ pub fn template_spec(rs: &ReplicaSet) -> Option<&PodSpec> {
     rs.spec.as_ref()?.template.as_ref()?.spec.as_ref()
 }
 
+/// A ReplicaSet as a jumppod before `keys` made it: no keys volume, no mount, a start script
+/// that does not merge them. For the tests of drift on both backends.
+pub fn without_keys(mut rs: ReplicaSet) -> ReplicaSet {
+    if let Some(spec) = rs
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.as_mut())
+        .and_then(|t| t.spec.as_mut())
+    {
+        spec.volumes = None;
+        for c in &mut spec.containers {
+            c.volume_mounts = None;
+            c.command = Some(vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "exec /usr/sbin/sshd -D -e".into(),
+            ]);
+        }
+    }
+    rs
+}
+
 /// The ReplicaSet controller's verdict when it cannot create pods: its `ReplicaFailure`
 /// condition, True with reason FailedCreate (or FailedDelete) and the API's message, until a
 /// create succeeds.

@@ -575,24 +575,7 @@ async fn the_printed_keys_patch_applied_by_kubectl_ends_the_drift() {
     let ns = "rc-keys-drift";
     namespace(&admin, ns).await;
     let config = config_for(ns, "main", "");
-    let mut old = Desired::from_config(&config).replicaset;
-    let spec = old
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .as_mut()
-        .unwrap()
-        .spec
-        .as_mut()
-        .unwrap();
-    spec.volumes = None;
-    spec.containers[0].volume_mounts = None;
-    spec.containers[0].command = Some(vec![
-        "/bin/sh".into(),
-        "-c".into(),
-        "exec /usr/sbin/sshd -D -e".into(),
-    ]);
+    let old = jumppod_host::objects::without_keys(Desired::from_config(&config).replicaset);
     Api::<ReplicaSet>::namespaced(admin.client.clone(), ns)
         .create(&PostParams::default(), &old)
         .await

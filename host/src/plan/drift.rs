@@ -243,6 +243,7 @@ fn env_value(c: &Container) -> Option<String> {
 mod tests {
     use super::*;
     use crate::manifest::Desired;
+    use crate::objects::without_keys;
     use crate::plan::fixtures::*;
     use crate::plan::{Observed, Plan, plan};
     use rstest::rstest;
@@ -300,25 +301,6 @@ mod tests {
                 .unwrap()
                 .contains("delete pod -l app.kubernetes.io/instance=")
         );
-    }
-
-    /// A template of a jumppod before `keys`: no volume, no mount, the older script.
-    fn without_keys(mut rs: ReplicaSet) -> ReplicaSet {
-        let spec = rs
-            .spec
-            .as_mut()
-            .unwrap()
-            .template
-            .as_mut()
-            .unwrap()
-            .spec
-            .as_mut()
-            .unwrap();
-        spec.volumes = None;
-        spec.containers[0].volume_mounts = None;
-        spec.containers[0].command =
-            Some(vec!["/bin/sh".into(), "-c".into(), "exec sshd -D".into()]);
-        rs
     }
 
     #[test]
