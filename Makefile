@@ -13,7 +13,7 @@ export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
 export JUMPPOD_ACCEPT_ALL_WASM := $(ACCEPT_ALL_WASM)
 CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
 
-.PHONY: all setup kubectl sshd policy accept-all test lint fmt unit demo bench e2e-kwctl clean controlplane controlplane-check cluster-up
+.PHONY: all setup kubectl sshd policy accept-all test lint fmt unit demo demo-real bench e2e-kwctl clean controlplane controlplane-check cluster-up
 
 all: policy
 
@@ -58,7 +58,7 @@ accept-all: setup
 ## lint: formatting and clippy, warnings are errors
 lint: setup
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --features jumppod-host/real-cluster -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features jumppod-host/real-cluster,jumppod-e2e/real-cluster -- -D warnings
 
 ## unit: every test of the workspace, the host's against the simulator and against the real
 ## control plane (started once, around the whole run; tests/real_cluster.rs needs it), then
@@ -66,7 +66,7 @@ lint: setup
 ## load it.
 unit: policy kubectl sshd $(CONTROLPLANE)
 	set -o pipefail; $(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
-	  $(CARGO) test --workspace --features jumppod-host/real-cluster --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
+	  $(CARGO) test --workspace --features jumppod-host/real-cluster,jumppod-e2e/real-cluster --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
@@ -77,6 +77,12 @@ test: policy lint controlplane-check unit web-test
 demo: setup
 	@echo "building the demo (a fresh clone compiles for a few minutes; cargo shows its progress)"
 	$(CARGO) run -p jumppod-e2e --bin demo
+
+## demo-real: the same story against the real control plane (built from Go modules, started
+## for the run, stopped after)
+demo-real: setup $(CONTROLPLANE)
+	rm -rf $(TARGET_DIR)/controlplane/demo
+	$(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/demo -- $(CARGO) run -p jumppod-e2e --bin demo
 
 ## bench: criterion benchmarks (policy through waPC, simulator, host)
 bench: policy accept-all

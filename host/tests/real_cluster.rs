@@ -31,6 +31,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{KEY, NAME, SVC};
+use jumppod_e2e::audit::Audit;
 
 /// The control plane `jumppod-controlplane run` started for this test run.
 fn cluster_dir() -> PathBuf {
@@ -169,56 +170,9 @@ async fn resolves(kube: &Kube, config: &Config) -> resolve::ResolveReport {
     .await
 }
 
-/// Requests of the admin user in namespace `ns`, from the audit log, since `from` (a byte
-/// offset of the log).
-struct Audit {
-    path: PathBuf,
-}
-
-impl Audit {
-    fn new() -> Audit {
-        Audit {
-            path: cluster_dir().join("audit.log"),
-        }
-    }
-
-    fn mark(&self) -> u64 {
-        std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
-    }
-
-    fn read(&self, from: u64, ns: &str) -> Vec<String> {
-        let text = std::fs::read(&self.path).expect("the audit log");
-        let text = String::from_utf8_lossy(&text[from as usize..]).into_owned();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["user"]["username"] == "admin")
-            .filter(|e| {
-                e["objectRef"]["namespace"] == ns
-                    || (e["objectRef"]["resource"] == "namespaces" && e["objectRef"]["name"] == ns)
-            })
-            .map(|e| {
-                format!(
-                    "{} {}",
-                    e["verb"].as_str().unwrap_or(""),
-                    e["requestURI"].as_str().unwrap_or("")
-                )
-            })
-            .collect()
-    }
-
-    /// The requests since `from`, once the log has caught up: the apiserver writes a line just
-    /// after it answers.
-    async fn since(&self, from: u64, ns: &str) -> Vec<String> {
-        let mut seen = self.read(from, ns);
-        loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let now = self.read(from, ns);
-            if now == seen {
-                return now;
-            }
-            seen = now;
-        }
-    }
+/// The control plane's audit log, which counts API requests here.
+fn audit() -> Audit {
+    Audit::new(cluster_dir().join("audit.log"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,7 +203,7 @@ async fn a_fresh_namespace_gets_a_guaranteed_jump_pod_and_the_steady_state_costs
         "the real API server classes the ReplicaSet's pod"
     );
 
-    let audit = Audit::new();
+    let audit = audit();
     let from = audit.mark();
     let report = ensure(&kube, &config).await.unwrap();
     assert!(report.applied.is_empty(), "{report}");

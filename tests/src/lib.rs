@@ -3,6 +3,7 @@
 //! admission webhook, and the demo's story.
 
 pub mod admission;
+pub mod audit;
 pub mod demo;
 
 pub use admission::PolicyAdmission;

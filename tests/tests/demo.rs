@@ -2,12 +2,9 @@
 
 use std::process::Command;
 
-#[test]
-fn the_demo_tells_the_upgrade_story() {
-    let out = Command::new(env!("CARGO_BIN_EXE_demo"))
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run the demo");
+/// The story's steps as the newcomer reads them, on either backend.
+fn tells_the_story(mut demo: Command) {
+    let out = demo.env_remove("RUST_LOG").output().expect("run the demo");
     let story = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -27,4 +24,23 @@ fn the_demo_tells_the_upgrade_story() {
     ] {
         assert!(story.contains(step), "{step:?} missing from:\n{story}");
     }
+}
+
+#[test]
+fn the_demo_tells_the_upgrade_story() {
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_demo"));
+    demo.env_remove("JUMPPOD_CLUSTER_DIR");
+    tells_the_story(demo);
+}
+
+/// `make demo-real`: the same story from the same code against the real control plane that
+/// `make test` started (JUMPPOD_CLUSTER_DIR), request counts from its audit log.
+#[cfg(feature = "real-cluster")]
+#[test]
+fn the_demo_tells_the_same_story_on_the_real_control_plane() {
+    assert!(
+        std::env::var_os("JUMPPOD_CLUSTER_DIR").is_some(),
+        "run inside `jumppod-controlplane run` (make test does)"
+    );
+    tells_the_story(Command::new(env!("CARGO_BIN_EXE_demo")));
 }
