@@ -219,34 +219,9 @@ pub enum KeysAction {
     },
 }
 
-/// Which project's jump pod (without how it should look).
+/// Which project's jump pod.
 #[derive(Args, Clone, Default)]
 pub struct Project {
-    /// YAML or JSON configuration file (its namespace and project are used); flags override it.
-    #[arg(long, short = 'f', value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Namespace of the jump pod (default: the file's, else the kubeconfig context's).
-    #[arg(long, short = 'n')]
-    pub namespace: Option<String>,
-    /// dstack project: the jump pod is dstack-<project>-ssh-jump-pod.
-    #[arg(long, short = 'p')]
-    pub project: Option<String>,
-}
-
-impl Project {
-    pub fn target(&self) -> Target {
-        Target {
-            config: self.config.clone(),
-            namespace: self.namespace.clone(),
-            project: self.project.clone(),
-            ..Target::default()
-        }
-    }
-}
-
-/// Which jump pod, and how it should look.
-#[derive(Args, Clone, Default)]
-pub struct Target {
     /// YAML or JSON configuration file; flags override it.
     #[arg(long, short = 'f', value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -256,6 +231,13 @@ pub struct Target {
     /// dstack project: the jump pod is dstack-<project>-ssh-jump-pod.
     #[arg(long, short = 'p')]
     pub project: Option<String>,
+}
+
+/// Which jump pod, and how it should look.
+#[derive(Args, Clone, Default)]
+pub struct Target {
+    #[command(flatten)]
+    pub project: Project,
     /// Address jobs reach the NodePort at (dstack's proxy_jump.hostname); default: the
     /// ExternalIP of the pod's node, else of any node.
     #[arg(long)]
@@ -336,7 +318,7 @@ pub fn json_arg(field: &str, text: &str) -> Result<Value, HostError> {
 impl Target {
     /// The configuration file overridden by the flags.
     pub fn raw(&self) -> Result<RawConfig, HostError> {
-        let file = match &self.config {
+        let file = match &self.project.config {
             Some(path) => RawConfig::from_file(path)?,
             None => RawConfig::default(),
         };
@@ -378,8 +360,8 @@ impl Target {
             None => None,
         };
         let flags = RawConfig {
-            namespace: self.namespace.clone(),
-            project: self.project.clone(),
+            namespace: self.project.namespace.clone(),
+            project: self.project.project.clone(),
             hostname: self.hostname.clone(),
             port: self.port,
             proxy_jump: None,

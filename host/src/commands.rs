@@ -210,7 +210,11 @@ async fn keys(global: &Global, printer: &Printer, action: KeysAction) -> Result<
         | KeysAction::Remove { project, .. }
         | KeysAction::List { project } => project,
     };
-    let (kube, config) = connect(global, &project.target()).await?;
+    let target = Target {
+        project: project.clone(),
+        ..Target::default()
+    };
+    let (kube, config) = connect(global, &target).await?;
     match change {
         Some(change) => printer.print(&crate::keys::change(&kube, &config, &change).await?),
         None => printer.print(&crate::keys::list(&kube, &config).await?),
