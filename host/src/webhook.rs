@@ -72,6 +72,15 @@ pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
             }
         }
     };
+    envelope(response)
+}
+
+/// A refusal: allowed false, with the code and what is wrong.
+fn refuse(uid: &Value, code: u16, message: String) -> Value {
+    json!({"uid": uid, "allowed": false, "status": {"code": code, "message": message}})
+}
+
+fn envelope(response: Value) -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 }
 
@@ -220,10 +229,15 @@ async fn handle(
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
                 Ok(body) => body.to_bytes(),
                 Err(e) => {
-                    let answer = review_error(format!(
-                        "jumppod webhook: cannot read the body (at most {MAX_BODY} bytes): {e}"
+                    let answer = envelope(refuse(
+                        &json!(""),
+                        400,
+                        format!(
+                            "jumppod webhook: cannot read the body (at most {MAX_BODY} bytes): {e}"
+                        ),
                     ));
-                    return reply(StatusCode::OK, "application/json", answer);
+                    let body = serde_json::to_vec(&answer).unwrap_or_default();
+                    return reply(StatusCode::OK, "application/json", body);
                 }
             };
             let (policy, settings) = (policy.clone(), settings.clone());
@@ -232,10 +246,11 @@ async fn handle(
                 tokio::task::spawn_blocking(move || review(policy.as_ref(), &settings, &body))
                     .await
                     .unwrap_or_else(|e| {
-                        serde_json::from_slice(&review_error(format!(
-                            "jumppod webhook: the evaluation panicked: {e}"
-                        )))
-                        .unwrap_or_default()
+                        envelope(refuse(
+                            &json!(""),
+                            400,
+                            format!("jumppod webhook: the evaluation panicked: {e}"),
+                        ))
                     });
             let response = &review["response"];
             tracing::info!(
@@ -259,14 +274,6 @@ async fn handle(
                 .into_bytes(),
         ),
     }
-}
-
-fn review_error(message: String) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "response": {"uid": "", "allowed": false, "status": {"code": 400, "message": message}}
-    }))
-    .unwrap_or_default()
 }
 
 /// Where the API server reaches the webhook.
