@@ -108,17 +108,22 @@ impl PublicKey {
         })
     }
 
+    /// SHA-256 of the key data (checked to be base64 by `parse`).
+    fn digest(&self) -> [u8; 32] {
+        Sha256::digest(STANDARD.decode(&self.blob).unwrap_or_default()).into()
+    }
+
     /// `SHA256:...`, as `ssh-keygen -l` prints it.
     pub fn fingerprint(&self) -> String {
-        let decoded = STANDARD.decode(&self.blob).unwrap_or_default();
-        format!("SHA256:{}", STANDARD_NO_PAD.encode(Sha256::digest(decoded)))
+        format!("SHA256:{}", STANDARD_NO_PAD.encode(self.digest()))
     }
 
     /// The Secret entry's default name: `key-` and 16 hex digits of the fingerprint.
     pub fn default_name(&self) -> String {
-        let decoded = STANDARD.decode(&self.blob).unwrap_or_default();
-        let digest = Sha256::digest(decoded);
-        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = self.digest()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         format!("key-{hex}")
     }
 
