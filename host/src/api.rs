@@ -18,7 +18,14 @@ pub struct ClientOptions {
     pub context: Option<String>,
     /// Per-request read timeout: a stalled request is abandoned and retried.
     pub request_timeout: Duration,
+    /// A client for watches: a watch is silent while nothing changes, so its read timeout is
+    /// the one kube-rs uses for them (295 s, beyond the 290 s a watch request asks the server
+    /// for), not `request_timeout`.
+    pub watch: bool,
 }
+
+/// Read timeout of a watch client.
+pub const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(295);
 
 impl Default for ClientOptions {
     fn default() -> Self {
@@ -26,6 +33,7 @@ impl Default for ClientOptions {
             kubeconfig: None,
             context: None,
             request_timeout: Duration::from_secs(10),
+            watch: false,
         }
     }
 }
@@ -61,7 +69,11 @@ pub async fn client(options: &ClientOptions) -> Result<(Client, String), HostErr
     };
     // Our own retry loop, bounded by the command's deadline, replaces kube's.
     config.default_retry = false;
-    config.read_timeout = Some(options.request_timeout);
+    config.read_timeout = Some(if options.watch {
+        WATCH_READ_TIMEOUT
+    } else {
+        options.request_timeout
+    });
     config.connect_timeout = Some(options.request_timeout);
     let namespace = config.default_namespace.clone();
     let client = kube::client::ClientBuilder::try_from(config)?
@@ -323,6 +335,11 @@ pub fn is_not_found(err: &kube::Error) -> bool {
 
 pub fn is_already_exists(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
+}
+
+/// 409 Conflict: a write carried a resourceVersion that is no longer current.
+pub fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict")
 }
 
 /// 409 Conflict of a delete precondition (uid) that did not hold. The registry refuses it

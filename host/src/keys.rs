@@ -9,7 +9,7 @@
 //! Decide apart from write: [`decide`] turns the Secret as read and the wanted change into one
 //! write (or none); [`change`] reads, decides and writes, again on a lost race.
 
-use crate::api::{Kube, Op, explain, is_already_exists};
+use crate::api::{Kube, Op, explain, is_already_exists, is_conflict};
 use crate::config::{Config, ConfigError};
 use crate::error::HostError;
 use crate::manifest::keys_secret_name;
@@ -456,10 +456,6 @@ pub async fn change(
             }
         }
     }
-}
-
-fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict")
 }
 
 /// What `jumppod keys list` shows.
