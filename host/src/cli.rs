@@ -106,7 +106,8 @@ pub enum Command {
         action: KeysAction,
     },
     /// Print the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding with
-    /// exactly the verbs jumppod uses.
+    /// exactly the verbs jumppod uses; with --controller, those of `jumppod run` and its
+    /// Deployment.
     Rbac {
         /// Namespace of the jump pods (and of the ServiceAccount).
         #[arg(long, short = 'n')]
@@ -114,7 +115,26 @@ pub enum Command {
         /// ServiceAccount to bind.
         #[arg(long, default_value = rbac::SERVICE_ACCOUNT)]
         service_account: String,
+        /// The manifests of `jumppod run` instead: ServiceAccount, the rules it uses (list and
+        /// watch, Events, its Lease), and a Deployment of two replicas, one leading.
+        #[arg(long)]
+        controller: bool,
+        /// With --controller: the controller watches every namespace (cluster-wide rules); its
+        /// own objects stay in --namespace.
+        #[arg(long, short = 'A', requires = "controller")]
+        all_namespaces: bool,
+        /// With --controller: the image of the Deployment (one with the jumppod binary).
+        #[arg(long, requires = "controller", default_value = rbac::CONTROLLER_IMAGE)]
+        image: String,
     },
+    /// Run as a controller: watch the jump pods of every project (their ReplicaSets, pods and
+    /// Services) and keep them right between dstack's calls, with `ensure`'s decisions: the
+    /// pre-#3891 Service recreated on the same NodePort once its pod is gone, finished bare pods
+    /// deleted, and what is wrong reported as Kubernetes Events (Unschedulable, FailedCreate,
+    /// drift, a NodePort changed, an older dstack server at work) and Prometheus metrics. It
+    /// never creates a ReplicaSet: dstack decides which projects exist and holds their keys.
+    /// Only the holder of a Lease writes (leader election); SIGTERM or Ctrl-C releases it.
+    Run(Box<RunArgs>),
     #[cfg(feature = "wasm")]
     /// Evaluate AdmissionRequest or AdmissionReview files with the policy module, run as
     /// policy-server runs it (a fresh instance per request), and print the AdmissionResponse,
@@ -167,6 +187,54 @@ pub enum Command {
         #[arg(long = "only-namespace", value_name = "NAMESPACE")]
         namespaces: Vec<String>,
     },
+}
+
+/// `jumppod run`.
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    /// YAML or JSON file: the cpu, memory, image, node_selector, tolerations, gpu_tolerations
+    /// and policy_settings the ReplicaSets should have (drift from them is reported), and the
+    /// namespace to watch. Per-project values (project, port, hostname, ssh_public_key) are
+    /// refused: every project is watched, and each Service keeps its NodePort.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Namespace to watch (default: the file's, else the kubeconfig context's).
+    #[arg(long, short = 'n', conflicts_with = "all_namespaces")]
+    pub namespace: Option<String>,
+    /// Watch every namespace.
+    #[arg(long, short = 'A')]
+    pub all_namespaces: bool,
+    /// Address of /metrics, /healthz and /readyz (port 0: a free one, printed at start).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Elect a leader on a Lease, so that of several replicas only one writes.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "jumppod")]
+    pub lease_name: String,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else the watched namespace, else the
+    /// kubeconfig context's).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's name in the Lease (default: POD_NAME, else host name and process id).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// How long a Lease not renewed keeps other replicas waiting (client-go's default).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// How long the leader keeps writing without renewing; shorter than --lease-duration.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+    /// How often the Lease is renewed or looked at.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
+    /// Projects reconciled at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Deadline of one project's writes, retries of transient errors included.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub reconcile_timeout: Duration,
 }
 
 /// The policy module and its settings, as policy-server takes them.

@@ -87,6 +87,9 @@ pub enum HostError {
         "cannot infer the Kubernetes configuration: set KUBECONFIG, pass --kubeconfig, or run in a pod"
     )]
     NoConfig(#[from] kube::config::InferConfigError),
+    /// `jumppod run`'s controller stopped (a panic in it; it does not stop otherwise).
+    #[error("the controller stopped: {0}")]
+    Controller(String),
     #[error("cannot encode {what}")]
     Encode {
         what: &'static str,
@@ -109,6 +112,7 @@ impl HostError {
             | HostError::Client { .. }
             | HostError::Kube(_)
             | HostError::NoConfig(_)
+            | HostError::Controller(_)
             | HostError::Encode { .. } => exit::ERROR,
         }
     }
@@ -126,6 +130,7 @@ impl HostError {
             HostError::NodePortTaken { .. } => "nodePortTaken",
             HostError::GaveUp { .. } => "gaveUp",
             HostError::Client { .. } | HostError::Kube(_) | HostError::NoConfig(_) => "client",
+            HostError::Controller(_) => "controller",
             HostError::Encode { .. } => "error",
         }
     }

@@ -11,6 +11,7 @@ pub mod apply;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod controller;
 pub mod ensure;
 pub mod error;
 #[cfg(feature = "wasm")]

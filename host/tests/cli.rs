@@ -193,6 +193,7 @@ async fn help_documents_the_commands_and_exit_codes() {
         "status",
         "rbac",
         "eval",
+        "run",
         "Exit codes",
         "KUBECONFIG",
         "--context",
@@ -216,6 +217,78 @@ async fn rbac_prints_the_rules_as_yaml() {
     assert_eq!(docs.len(), 5);
     assert_eq!(docs[1]["kind"], "Role");
     assert_eq!(docs[1]["metadata"]["namespace"], "dstack");
+}
+
+/// `jumppod run` refuses what it cannot use before it connects: the kubeconfig named here
+/// does not exist, so reaching for it would be a different error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_a_projects_values_and_an_impossible_election_before_connecting() {
+    let dir = std::env::temp_dir().join(format!("jumppod-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("run.yaml");
+    std::fs::write(&file, "cpu: 250m\nport: 32000\n").unwrap();
+    let none = dir.join("no-such.kubeconfig");
+    let out = jumppod(&[
+        "--kubeconfig",
+        none.to_str().unwrap(),
+        "run",
+        "-f",
+        file.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid `port`"), "{stderr}");
+    assert!(stderr.contains("keeps each Service's NodePort"), "{stderr}");
+
+    let out = jumppod(&[
+        "--kubeconfig",
+        none.to_str().unwrap(),
+        "run",
+        "--lease-duration",
+        "5s",
+        "--renew-deadline",
+        "5s",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("must be shorter than --lease-duration"),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_for_the_controller_prints_its_deployment() {
+    let out = jumppod(&["rbac", "--controller", "-n", "ops", "-A", "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let list = json_of(&out);
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Deployment"
+        ]
+    );
+    let out = jumppod(&["rbac", "-n", "ops", "-A"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "-A needs --controller: {}",
+        text(&out)
+    );
 }
 
 /// The policy module `eval` runs: $JUMPPOD_POLICY_WASM (the Makefile sets it), else the

@@ -17,7 +17,7 @@
 
 mod drift;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
 pub use drift::drift;
 

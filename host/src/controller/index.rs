@@ -1,0 +1,399 @@
+//! The controller's pure half: which project an object belongs to, what the watch caches say
+//! about it, what to write and what to tell. No I/O, no clock: every decision is a unit test.
+//!
+//! The decisions are `ensure`'s ([`crate::plan::plan`]), with two differences, because dstack
+//! decides which projects exist and only dstack holds a project's SSH key:
+//! - a missing namespace or ReplicaSet is never created (reported instead);
+//! - without a ReplicaSet, only finished bare pods are deleted: an older dstack server, whose
+//!   project this still is, recreates its pod only when none exists by that name.
+
+use crate::action::{Action, Finding};
+use crate::config::{ConfigError, RawConfig};
+use crate::manifest::Desired;
+use crate::objects::{is_ready, name_of, node_port};
+use crate::plan::{self, Observed};
+use jumppod::schema;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeSet;
+
+/// One project's jump pod: its namespace and `dstack-<project>-ssh-jump-pod`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ProjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl ProjectKey {
+    /// The key of a jump pod's name, when it is one: `dstack-<project>-ssh-jump-pod` (releases
+    /// before the `dstack-` prefix never made ReplicaSets, and their pods are not watched).
+    pub fn of_name(namespace: &str, name: &str) -> Option<ProjectKey> {
+        let project = name
+            .strip_prefix(schema::NAME_PREFIX)?
+            .strip_suffix(schema::JUMP_POD_SUFFIX)?;
+        (!project.is_empty()).then(|| ProjectKey {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    pub fn project(&self) -> &str {
+        &self.name[schema::NAME_PREFIX.len()..self.name.len() - schema::JUMP_POD_SUFFIX.len()]
+    }
+
+    pub fn of_replicaset(rs: &ReplicaSet) -> Option<ProjectKey> {
+        ProjectKey::of_name(rs.metadata.namespace.as_deref()?, name_of(&rs.metadata))
+    }
+
+    pub fn of_service(svc: &Service) -> Option<ProjectKey> {
+        let name = name_of(&svc.metadata).strip_suffix("-service")?;
+        ProjectKey::of_name(svc.metadata.namespace.as_deref()?, name)
+    }
+
+    /// A pod counts for the project named by its instance label (the ReplicaSet's pods) and
+    /// for the one named like it (the bare pod of older releases); usually they are the same.
+    pub fn of_pod(pod: &Pod) -> Vec<ProjectKey> {
+        let Some(ns) = pod.metadata.namespace.as_deref() else {
+            return Vec::new();
+        };
+        let instance = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(schema::INSTANCE_LABEL))
+            .and_then(|name| ProjectKey::of_name(ns, name));
+        let own = ProjectKey::of_name(ns, name_of(&pod.metadata));
+        let mut keys: Vec<ProjectKey> = instance.into_iter().chain(own).collect();
+        keys.dedup();
+        keys
+    }
+}
+
+/// Which label selector the watches use: every jump pod and ReplicaSet of either schema carries
+/// `app.kubernetes.io/name` (the current `dstack-ssh-proxy`, or the pre-#3891 pod's own name),
+/// so the API server filters out most other pods. Services of older releases carry no labels,
+/// so Services are watched unfiltered and picked by name.
+pub const WATCH_SELECTOR: &str = schema::NAME_LABEL;
+
+/// What the watch caches hold for a project, in the planner's terms. The caches hold
+/// everything the planner could read, so it always "looked further".
+pub fn observed<'a>(
+    key: &ProjectKey,
+    replicaset: Option<ReplicaSet>,
+    service: Option<Service>,
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> Observed {
+    let mut bare_pod = None;
+    let mut instance_pods = Vec::new();
+    for pod in pods {
+        if name_of(&pod.metadata) == key.name {
+            bare_pod = Some(pod.clone());
+        }
+        let labelled = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(schema::INSTANCE_LABEL))
+            .is_some_and(|v| *v == key.name);
+        if labelled {
+            instance_pods.push(pod.clone());
+        }
+    }
+    Observed {
+        // Objects exist in it (it was seen through them), or nothing is created anyway.
+        namespace_exists: Some(true),
+        replicaset,
+        service,
+        looked_further: true,
+        bare_pod,
+        pods: instance_pods,
+    }
+}
+
+/// How a project stands, for the `jumppod_projects` gauge and the logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum State {
+    /// A ready pod behind a Service with the current selector.
+    Ready,
+    /// A pre-#3891 pod still serves through its old Service.
+    Upgrading,
+    /// No ready pod yet, and nothing known to stop it.
+    Pending,
+    /// Something stops it: unschedulable, refused, an image that cannot be pulled, drift, ...
+    Degraded,
+    /// No ReplicaSet: the project has not yet run a job with a release that makes one.
+    NoReplicaSet,
+    /// Its name does not make a valid configuration with the controller's settings.
+    Invalid,
+}
+
+impl State {
+    pub const ALL: [State; 6] = [
+        State::Ready,
+        State::Upgrading,
+        State::Pending,
+        State::Degraded,
+        State::NoReplicaSet,
+        State::Invalid,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Ready => "ready",
+            State::Upgrading => "upgrading",
+            State::Pending => "pending",
+            State::Degraded => "degraded",
+            State::NoReplicaSet => "no-replicaset",
+            State::Invalid => "invalid",
+        }
+    }
+}
+
+/// What the controller does for a project.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub actions: Vec<Action>,
+    pub findings: Vec<Finding>,
+    pub state: State,
+}
+
+/// `template`: the controller's configuration (resources, image, placement, policy settings);
+/// the project and namespace come from the key. A Service's NodePort is always kept.
+pub fn decide(
+    template: &RawConfig,
+    key: &ProjectKey,
+    observed: &Observed,
+) -> Result<Decision, ConfigError> {
+    let config = RawConfig {
+        namespace: Some(key.namespace.clone()),
+        project: Some(key.project().to_owned()),
+        ..template.clone()
+    }
+    .validate(&key.namespace)?;
+    let desired = Desired::from_config(&config);
+    let plan = plan::plan(&config, &desired, observed);
+    let has_rs = observed.replicaset.is_some();
+    let actions: Vec<Action> = plan
+        .actions
+        .into_iter()
+        .filter(|a| match a {
+            Action::CreateNamespace(_) | Action::CreateReplicaSet(_) => false,
+            Action::DeletePod { .. } => true,
+            Action::DeleteService { .. } | Action::CreateService { .. } => has_rs,
+        })
+        .collect();
+    let state = state_of(observed, &plan.findings);
+    Ok(Decision {
+        actions,
+        findings: plan.findings,
+        state,
+    })
+}
+
+fn state_of(observed: &Observed, findings: &[Finding]) -> State {
+    let Some(rs) = &observed.replicaset else {
+        return State::NoReplicaSet;
+    };
+    if findings.iter().any(Finding::is_warning) {
+        return State::Degraded;
+    }
+    if findings
+        .iter()
+        .any(|f| matches!(f, Finding::LegacyServiceKept { .. }))
+    {
+        return State::Upgrading;
+    }
+    let current_service = observed.service.as_ref().is_some_and(|s| {
+        crate::objects::service_schema(s, name_of(&rs.metadata)) == Some(schema::Schema::Current)
+    });
+    if current_service && observed.pods.iter().any(is_ready) {
+        State::Ready
+    } else {
+        State::Pending
+    }
+}
+
+/// Severity of a Kubernetes Event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Severity {
+    Normal,
+    Warning,
+}
+
+/// An Event to publish: on the ReplicaSet when the project has one (where `kubectl describe`
+/// of the jump pod's owner shows it), else on the Service, else on the bare pod.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Note {
+    pub severity: Severity,
+    /// PascalCase, as Kubernetes' own reasons.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Events are at most 1 KiB of message; longer prose is cut at a character boundary.
+const MAX_MESSAGE: usize = 1024;
+
+fn note(severity: Severity, reason: &'static str, message: String) -> Note {
+    let mut message = message;
+    if message.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE - 3;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    Note {
+        severity,
+        reason,
+        message,
+    }
+}
+
+/// The Events a reconcile's findings call for (each finding in its operator prose).
+pub fn notes(findings: &[Finding]) -> Vec<Note> {
+    findings
+        .iter()
+        .filter_map(|f| {
+            let reason = match f {
+                Finding::Unschedulable { .. } => "Unschedulable",
+                Finding::PodsRefused { .. } => "FailedCreate",
+                Finding::ContainerWaiting { .. } => "ContainerWaiting",
+                Finding::Drift { .. } => "TemplateDrift",
+                Finding::PortDiffers { .. } => "NodePortDiffers",
+                Finding::OlderServerFight { .. } => "OlderServerFight",
+                Finding::ForeignReplicaSet { .. } => "ForeignReplicaSet",
+                Finding::ForeignService { .. } => "ForeignService",
+                Finding::LegacyServiceKept { .. } => "LegacyServiceKept",
+                Finding::LegacyPodStranded { .. } => "LegacyPodStranded",
+                // Said by LegacyServiceKept, or the ReplicaSet controller's own events.
+                Finding::LegacyPodRunning { .. } | Finding::BarePodAdoptable { .. } => {
+                    return None;
+                }
+            };
+            let severity = if f.is_warning()
+                || matches!(
+                    f,
+                    Finding::ForeignReplicaSet { .. } | Finding::ForeignService { .. }
+                ) {
+                Severity::Warning
+            } else {
+                Severity::Normal
+            };
+            Some(note(severity, reason, f.to_string()))
+        })
+        .collect()
+}
+
+/// The Event for a write the controller made.
+pub fn applied_note(action: &Action) -> Note {
+    let reason = match action {
+        Action::DeletePod { .. } => "FinishedPodDeleted",
+        Action::DeleteService { .. } => "LegacyServiceDeleted",
+        Action::CreateService {
+            keeps_port: Some(_),
+            ..
+        } => "ServiceRecreated",
+        Action::CreateService { .. } => "ServiceCreated",
+        Action::CreateNamespace(_) | Action::CreateReplicaSet(_) => "Created",
+    };
+    note(Severity::Normal, reason, format!("{action}"))
+}
+
+/// The NodePort of the Service as last seen, to tell when someone else changes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeenPort {
+    pub uid: String,
+    pub node_port: Option<i32>,
+}
+
+impl SeenPort {
+    pub fn of(svc: Option<&Service>) -> Option<SeenPort> {
+        svc.map(|s| SeenPort {
+            uid: s.metadata.uid.clone().unwrap_or_default(),
+            node_port: node_port(s),
+        })
+    }
+}
+
+/// The same Service (same uid) on another NodePort than before: someone edited it, and the
+/// jobs whose SSH proxy names the old port lose their jump host. (A Service replaced by
+/// another is an older server's doing, reported as `OlderServerFight`.)
+pub fn port_changed(before: Option<&SeenPort>, now: Option<&SeenPort>) -> Option<Note> {
+    let (before, now) = (before?, now?);
+    (before.uid == now.uid && before.node_port != now.node_port).then(|| {
+        let port = |p: Option<i32>| p.map_or("none".to_owned(), |p| p.to_string());
+        note(
+            Severity::Warning,
+            "NodePortChanged",
+            format!(
+                "the Service's NodePort was changed from {} to {} by someone else: jobs whose SSH proxy names port {} can no longer reach the jump pod",
+                port(before.node_port),
+                port(now.node_port),
+                port(before.node_port)
+            ),
+        )
+    })
+}
+
+/// The notes not already published for what is still the case: an Event per change of
+/// situation, not per reconcile (a reconcile runs on every status update of the pods).
+pub fn unpublished(published: &BTreeSet<Note>, current: &[Note]) -> Vec<Note> {
+    current
+        .iter()
+        .filter(|n| !published.contains(n))
+        .cloned()
+        .collect()
+}
+
+/// Which object an Event is about: the ReplicaSet, else the Service, else the bare pod.
+pub fn regarding(observed: &Observed) -> Option<ObjectReference> {
+    let reference = |api_version: &str, kind: &str, meta: &ObjectMeta| ObjectReference {
+        api_version: Some(api_version.to_owned()),
+        kind: Some(kind.to_owned()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: None,
+        field_path: None,
+    };
+    if let Some(rs) = &observed.replicaset {
+        Some(reference("apps/v1", "ReplicaSet", &rs.metadata))
+    } else if let Some(svc) = &observed.service {
+        Some(reference("v1", "Service", &svc.metadata))
+    } else {
+        observed
+            .bare_pod
+            .as_ref()
+            .map(|p| reference("v1", "Pod", &p.metadata))
+    }
+}
+
+/// What the cache keeps of a pod: the planner reads its metadata and status, never its spec
+/// (the largest part). Managed fields go from every cached object.
+pub fn slim_pod(pod: &mut Pod) {
+    pod.spec = None;
+    pod.metadata.managed_fields = None;
+    if let Some(a) = pod.metadata.annotations.as_mut() {
+        a.retain(|k, _| k.starts_with("jumppod."));
+    }
+}
+
+pub fn slim_replicaset(rs: &mut ReplicaSet) {
+    rs.metadata.managed_fields = None;
+}
+
+pub fn slim_service(svc: &mut Service) {
+    svc.metadata.managed_fields = None;
+    svc.status = None;
+}
+
+#[cfg(test)]
+mod tests;

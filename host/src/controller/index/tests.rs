@@ -1,0 +1,204 @@
+use super::*;
+use crate::plan::fixtures::*;
+use rstest::rstest;
+
+fn key() -> ProjectKey {
+    ProjectKey::of_name("dstack", NAME).unwrap()
+}
+
+fn template() -> RawConfig {
+    RawConfig::default()
+}
+
+fn kinds(decision: &Decision) -> Vec<String> {
+    decision
+        .actions
+        .iter()
+        .map(|a| a.to_string().split(" (").next().unwrap().to_owned())
+        .collect()
+}
+
+fn ready_pod() -> Pod {
+    let mut pod = owned(bare_pod("Running", true), "ReplicaSet", NAME);
+    pod.metadata.name = Some(format!("{NAME}-x7k2q"));
+    pod.status = Some(typed(serde_json::json!({"phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}]})));
+    pod
+}
+
+#[rstest]
+#[case::a_replicaset_names_its_project("dstack-main-ssh-jump-pod", Some("main"))]
+#[case::a_project_may_contain_dashes("dstack-ml-team-ssh-jump-pod", Some("ml-team"))]
+#[case::a_name_without_the_prefix_is_not_watched("main-ssh-jump-pod", None)]
+#[case::an_empty_project_is_no_project("dstack--ssh-jump-pod", None)]
+#[case::another_object_is_not_a_project("dstack-server", None)]
+fn project_keys_come_from_names(#[case] name: &str, #[case] project: Option<&str>) {
+    assert_eq!(
+        ProjectKey::of_name("ns", name)
+            .as_ref()
+            .map(ProjectKey::project),
+        project
+    );
+}
+
+#[test]
+fn a_service_and_a_pod_name_their_project() {
+    assert_eq!(ProjectKey::of_service(&current_svc(30001)), Some(key()));
+    assert_eq!(ProjectKey::of_pod(&ready_pod()), vec![key()]);
+    assert_eq!(ProjectKey::of_pod(&bare_pod("Running", false)), vec![key()]);
+    let mut stranger = ready_pod();
+    stranger.metadata.labels = None;
+    assert_eq!(ProjectKey::of_pod(&stranger), vec![]);
+}
+
+#[test]
+fn the_caches_give_the_planner_the_bare_pod_and_the_instance_pods() {
+    let other = {
+        let mut p = ready_pod();
+        p.metadata.labels = Some(schema::current_labels("dstack-x-ssh-jump-pod", "x"));
+        p
+    };
+    let pods = [ready_pod(), bare_pod("Failed", false), other];
+    let observed = observed(&key(), Some(rs(1)), None, pods.iter());
+    assert_eq!(observed.pods.len(), 1);
+    assert_eq!(
+        observed.bare_pod.as_ref().map(|p| name_of(&p.metadata)),
+        Some(NAME)
+    );
+    assert!(observed.looked_further);
+}
+
+#[rstest]
+#[case::the_steady_state_writes_nothing(
+    Some(rs(1)), Some(current_svc(31022)), vec![ready_pod()], &[], State::Ready)]
+#[case::once_the_pre_3891_pod_is_gone_the_service_is_recreated_on_the_same_port(
+    Some(rs(1)), Some(legacy_svc(30555)), vec![ready_pod()],
+    &["delete service dstack-main-ssh-jump-pod-service", "create service dstack-main-ssh-jump-pod-service on NodePort 30555"],
+    State::Pending)]
+#[case::a_finished_pre_3891_pod_is_deleted_and_its_service_replaced(
+    Some(rs(1)), Some(legacy_svc(30555)), vec![ready_pod(), bare_pod("Failed", false)],
+    &["delete pod dstack-main-ssh-jump-pod", "delete service dstack-main-ssh-jump-pod-service",
+      "create service dstack-main-ssh-jump-pod-service on NodePort 30555"],
+    State::Pending)]
+#[case::a_running_pre_3891_pod_keeps_its_service(
+    Some(rs(1)), Some(legacy_svc(30555)), vec![ready_pod(), bare_pod("Running", false)], &[],
+    State::Upgrading)]
+#[case::a_missing_replicaset_is_never_created(
+    None, Some(current_svc(31022)), vec![], &[], State::NoReplicaSet)]
+#[case::without_a_replicaset_only_a_finished_bare_pod_is_deleted(
+    None, Some(legacy_svc(30555)), vec![bare_pod("Failed", false)],
+    &["delete pod dstack-main-ssh-jump-pod"], State::NoReplicaSet)]
+#[case::a_missing_service_of_a_replicaset_is_created(
+    Some(rs(1)), None, vec![ready_pod()],
+    &["create service dstack-main-ssh-jump-pod-service"], State::Pending)]
+#[case::an_unschedulable_pod_degrades_the_project(
+    Some(rs(0)), Some(current_svc(31022)), vec![pending_unschedulable("dstack-main-ssh-jump-pod-x")], &[],
+    State::Degraded)]
+fn decides(
+    #[case] rs: Option<ReplicaSet>,
+    #[case] svc: Option<Service>,
+    #[case] pods: Vec<Pod>,
+    #[case] expected: &[&str],
+    #[case] state: State,
+) {
+    let observed = observed(&key(), rs, svc, pods.iter());
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert_eq!(kinds(&decision), expected);
+    assert_eq!(decision.state, state);
+}
+
+#[test]
+fn a_project_too_long_for_the_container_name_is_a_config_error_not_a_write() {
+    let long = format!("dstack-{}-ssh-jump-pod", "a".repeat(40));
+    let key = ProjectKey::of_name("dstack", &long).unwrap();
+    let err = decide(&template(), &key, &Observed::default()).unwrap_err();
+    assert_eq!(err.field, "project");
+}
+
+#[test]
+fn the_schedulers_message_becomes_a_warning_event() {
+    let observed = observed(
+        &key(),
+        Some(rs(0)),
+        Some(current_svc(31022)),
+        [pending_unschedulable("dstack-main-ssh-jump-pod-x")].iter(),
+    );
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    let notes = notes(&decision.findings);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].severity, Severity::Warning);
+    assert_eq!(notes[0].reason, "Unschedulable");
+    assert!(
+        notes[0]
+            .message
+            .contains("0/3 nodes are available: 3 Insufficient cpu.")
+    );
+    let regarding = regarding(&observed).unwrap();
+    assert_eq!(regarding.kind.as_deref(), Some("ReplicaSet"));
+    assert_eq!(regarding.uid.as_deref(), Some("rs-uid"));
+}
+
+#[test]
+fn drift_and_refused_pods_are_warnings_with_kubernetes_reasons() {
+    let observed = observed(
+        &key(),
+        Some(refused_rs()),
+        Some(current_svc(31022)),
+        std::iter::empty(),
+    );
+    let drifted = RawConfig {
+        cpu: Some("750m".into()),
+        memory: Some("1Gi".into()),
+        ..RawConfig::default()
+    };
+    let decision = decide(&drifted, &key(), &observed).unwrap();
+    let reasons: Vec<&str> = notes(&decision.findings).iter().map(|n| n.reason).collect();
+    assert_eq!(reasons, ["TemplateDrift", "FailedCreate"]);
+    assert_eq!(decision.state, State::Degraded);
+}
+
+#[test]
+fn an_event_is_published_once_per_situation() {
+    let a = note(Severity::Warning, "Unschedulable", "x".into());
+    let b = note(Severity::Warning, "FailedCreate", "y".into());
+    let published = BTreeSet::from([a.clone()]);
+    assert_eq!(unpublished(&published, &[a.clone(), b.clone()]), vec![b]);
+    assert_eq!(unpublished(&published, std::slice::from_ref(&a)), vec![]);
+}
+
+#[test]
+fn a_long_message_is_cut_to_the_events_limit_at_a_character_boundary() {
+    let n = note(Severity::Normal, "X", "é".repeat(1000));
+    assert!(n.message.len() <= MAX_MESSAGE, "{}", n.message.len());
+    assert!(n.message.ends_with("..."));
+}
+
+#[rstest]
+#[case::the_same_service_on_another_port_is_reported(("u", 30001), ("u", 30002), true)]
+#[case::the_same_port_is_quiet(("u", 30001), ("u", 30001), false)]
+#[case::a_replaced_service_is_another_finding(("u", 30001), ("v", 30002), false)]
+fn node_port_changes(
+    #[case] before: (&str, i32),
+    #[case] now: (&str, i32),
+    #[case] reported: bool,
+) {
+    let seen = |(uid, port): (&str, i32)| SeenPort {
+        uid: uid.into(),
+        node_port: Some(port),
+    };
+    let note = port_changed(Some(&seen(before)), Some(&seen(now)));
+    assert_eq!(note.is_some(), reported);
+    if let Some(n) = note {
+        assert_eq!(n.reason, "NodePortChanged");
+        assert!(n.message.contains("from 30001 to 30002"), "{}", n.message);
+    }
+}
+
+#[test]
+fn the_cache_keeps_no_pod_spec_and_no_managed_fields() {
+    let mut pod = ready_pod();
+    pod.metadata.managed_fields = Some(vec![Default::default()]);
+    slim_pod(&mut pod);
+    assert!(pod.spec.is_none() && pod.metadata.managed_fields.is_none());
+    assert_eq!(ProjectKey::of_pod(&pod), vec![key()], "what decides stays");
+}

@@ -1,0 +1,411 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics
+//! (`k8s.io/client-go/tools/leaderelection`): a candidate takes the Lease when it is free,
+//! released, or unchanged for its `leaseDurationSeconds` as measured by the candidate's own
+//! clock (never by comparing clocks with the holder); the leader renews every retry period
+//! and gives up leading when it could not renew for the renew deadline, which is shorter than
+//! the lease duration, so it stops writing before anyone else may start. Every write carries
+//! the resourceVersion it was decided on: of two candidates, one wins and one gets 409.
+//!
+//! [`step`] decides; [`Elector`] reads and writes the Lease.
+
+use crate::api::{Op, explain, is_already_exists, is_conflict, is_not_found};
+use crate::error::HostError;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use std::time::{Duration, Instant};
+
+/// Timing of the election (client-go's defaults: 15 s, 10 s, 2 s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timing {
+    /// client-go refuses the same combinations: the leader must stop before the lease expires,
+    /// and retry more often than it must renew.
+    pub fn problem(&self) -> Option<String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Some(format!(
+                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): the leader must stop writing before another replica may take the lease",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Some(format!(
+                "--retry-period ({:?}) must be shorter than --renew-deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        None
+    }
+}
+
+/// What the candidate or the leader does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// No Lease: create it, holding it.
+    Create,
+    /// It holds the Lease: renew it.
+    Renew,
+    /// Free, released or expired: take it.
+    TakeOver { from: Option<String> },
+    /// Someone else holds it; look again after the retry period.
+    Wait { holder: String },
+}
+
+/// `unchanged_for`: how long this replica has seen the Lease's record unchanged.
+pub fn step(lease: Option<&LeaseSpec>, me: &str, unchanged_for: Duration) -> Step {
+    let Some(spec) = lease else {
+        return Step::Create;
+    };
+    let holder = spec.holder_identity.as_deref().unwrap_or_default();
+    if holder == me {
+        return Step::Renew;
+    }
+    if holder.is_empty() {
+        return Step::TakeOver { from: None };
+    }
+    let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+    if unchanged_for >= duration {
+        Step::TakeOver {
+            from: Some(holder.to_owned()),
+        }
+    } else {
+        Step::Wait {
+            holder: holder.to_owned(),
+        }
+    }
+}
+
+/// The Lease's spec after `step` by `me` at `now`.
+pub fn written(
+    before: Option<&LeaseSpec>,
+    step: &Step,
+    me: &str,
+    timing: &Timing,
+    now: Timestamp,
+) -> LeaseSpec {
+    let now = Some(MicroTime(now));
+    let seconds = Some(timing.lease_duration.as_secs().max(1) as i32);
+    match step {
+        Step::Renew => LeaseSpec {
+            renew_time: now,
+            lease_duration_seconds: seconds,
+            ..before.cloned().unwrap_or_default()
+        },
+        Step::Create | Step::TakeOver { .. } => LeaseSpec {
+            holder_identity: Some(me.to_owned()),
+            acquire_time: now.clone(),
+            renew_time: now,
+            lease_duration_seconds: seconds,
+            lease_transitions: Some(match (step, before) {
+                (Step::TakeOver { .. }, Some(b)) => b.lease_transitions.unwrap_or(0) + 1,
+                _ => 0,
+            }),
+            ..LeaseSpec::default()
+        },
+        Step::Wait { .. } => before.cloned().unwrap_or_default(),
+    }
+}
+
+/// client-go's release: no holder, a one-second lease, so that a standby takes over at its
+/// next look instead of waiting out the lease.
+pub fn released(before: &LeaseSpec, now: Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: None,
+        lease_duration_seconds: Some(1),
+        renew_time: Some(MicroTime(now)),
+        acquire_time: Some(MicroTime(now)),
+        ..before.clone()
+    }
+}
+
+/// The outcome of one look at the Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Look {
+    Leading,
+    Following { holder: String },
+}
+
+/// One replica's side of the election.
+pub struct Elector {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+    identity: String,
+    timing: Timing,
+    /// The record last seen (its resourceVersion) and when this replica saw it change.
+    seen: Option<(String, Instant)>,
+    /// The Lease as last read or written, with its resourceVersion.
+    lease: Option<Lease>,
+}
+
+impl Elector {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        timing: Timing,
+    ) -> Elector {
+        Elector {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            timing,
+            seen: None,
+            lease: None,
+        }
+    }
+
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    fn op(&self, verb: &'static str) -> Op<'_> {
+        Op::new(verb, "leases", Some(&self.namespace), Some(&self.name))
+    }
+
+    /// Reads the Lease and, when `step` says so, writes it: one GET, and one write when it
+    /// takes over. The leader renews without reading: its last write's resourceVersion is
+    /// the precondition, and a 409 (someone else wrote) sends it back to reading. So a
+    /// standby costs one request per retry period, and so does the leader.
+    pub async fn look(&mut self) -> Result<Look, HostError> {
+        if let Some(held) = self.held() {
+            match self.write(Some(held), &Step::Renew).await {
+                Err(e) if is_conflict(&e) => self.lease = None,
+                result => return self.written(&Step::Renew, result),
+            }
+        }
+        let current = match self.api.get(&self.name).await {
+            Ok(lease) => Some(lease),
+            Err(e) if is_not_found(&e) => None,
+            Err(e) => return Err(explain(&self.op("get"), e)),
+        };
+        let now = Instant::now();
+        let version = current
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.clone())
+            .unwrap_or_default();
+        let unchanged_for = match &self.seen {
+            Some((v, since)) if *v == version => now.duration_since(*since),
+            _ => {
+                self.seen = Some((version, now));
+                Duration::ZERO
+            }
+        };
+        let spec = current.as_ref().and_then(|l| l.spec.as_ref());
+        let step = step(spec, &self.identity, unchanged_for);
+        if let Step::Wait { holder } = &step {
+            self.lease = current;
+            return Ok(Look::Following {
+                holder: holder.clone(),
+            });
+        }
+        let result = self.write(current, &step).await;
+        self.written(&step, result)
+    }
+
+    /// The Lease as this replica last wrote it, while it holds it.
+    fn held(&self) -> Option<Lease> {
+        let lease = self.lease.as_ref()?;
+        let holder = lease.spec.as_ref()?.holder_identity.as_deref()?;
+        (holder == self.identity).then(|| lease.clone())
+    }
+
+    /// Writes `step` over `current` (None: creates the Lease).
+    async fn write(&self, current: Option<Lease>, step: &Step) -> Result<Lease, kube::Error> {
+        let spec = current.as_ref().and_then(|l| l.spec.as_ref());
+        let spec = written(spec, step, &self.identity, &self.timing, Timestamp::now());
+        match current {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        namespace: Some(self.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(spec),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Some(mut lease) => {
+                lease.spec = Some(spec);
+                self.api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+            }
+        }
+    }
+
+    fn written(
+        &mut self,
+        step: &Step,
+        result: Result<Lease, kube::Error>,
+    ) -> Result<Look, HostError> {
+        match result {
+            Ok(lease) => {
+                if let Step::TakeOver { from } = step {
+                    tracing::info!(lease = %self.name, identity = %self.identity, from = from.as_deref().unwrap_or("nobody"), "took the lease");
+                }
+                self.seen = lease
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .map(|v| (v, Instant::now()));
+                self.lease = Some(lease);
+                Ok(Look::Leading)
+            }
+            Err(e) if is_conflict(&e) || is_already_exists(&e) => {
+                // Another replica wrote first; its record is the one to watch now.
+                self.seen = None;
+                self.lease = None;
+                Ok(Look::Following {
+                    holder: "another replica (it won the race)".to_owned(),
+                })
+            }
+            Err(e) => {
+                let verb = if matches!(step, Step::Create) {
+                    "create"
+                } else {
+                    "update"
+                };
+                Err(explain(&self.op(verb), e))
+            }
+        }
+    }
+
+    /// Gives the Lease up (graceful shutdown): one write, only when it still holds it.
+    pub async fn release(&mut self) -> Result<(), HostError> {
+        let Some(mut lease) = self.lease.take() else {
+            return Ok(());
+        };
+        let Some(spec) = lease.spec.as_ref() else {
+            return Ok(());
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        lease.spec = Some(released(spec, Timestamp::now()));
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(lease = %self.name, identity = %self.identity, "released the lease");
+                Ok(())
+            }
+            // Someone else has it already: nothing to release.
+            Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(()),
+            Err(e) => Err(explain(&self.op("update"), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn held_by(holder: &str, seconds: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: (!holder.is_empty()).then(|| holder.to_owned()),
+            lease_duration_seconds: Some(seconds),
+            lease_transitions: Some(3),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[rstest]
+    #[case::no_lease_is_created(None, 0, Step::Create)]
+    #[case::its_own_lease_is_renewed(Some(held_by("me", 15)), 0, Step::Renew)]
+    #[case::a_lease_held_and_renewed_by_another_is_waited_on(
+        Some(held_by("other", 15)), 14, Step::Wait { holder: "other".into() })]
+    #[case::a_lease_unchanged_for_its_duration_is_taken_over(
+        Some(held_by("other", 15)), 15, Step::TakeOver { from: Some("other".into()) })]
+    #[case::a_released_lease_is_taken_at_once(
+        Some(held_by("", 1)), 0, Step::TakeOver { from: None })]
+    fn steps(#[case] lease: Option<LeaseSpec>, #[case] unchanged: u64, #[case] expected: Step) {
+        assert_eq!(
+            step(lease.as_ref(), "me", Duration::from_secs(unchanged)),
+            expected
+        );
+    }
+
+    #[test]
+    fn a_takeover_counts_a_transition_and_a_renewal_keeps_the_acquire_time() {
+        let timing = Timing::default();
+        let before = held_by("other", 15);
+        let taken = written(
+            Some(&before),
+            &Step::TakeOver {
+                from: Some("other".into()),
+            },
+            "me",
+            &timing,
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(taken.holder_identity.as_deref(), Some("me"));
+        assert_eq!(taken.lease_transitions, Some(4));
+        let later = Timestamp::from_second(60).unwrap();
+        let renewed = written(Some(&taken), &Step::Renew, "me", &timing, later);
+        assert_eq!(renewed.acquire_time, taken.acquire_time);
+        assert_eq!(renewed.renew_time, Some(MicroTime(later)));
+        assert_eq!(renewed.lease_transitions, Some(4));
+    }
+
+    #[test]
+    fn a_released_lease_has_no_holder_and_a_one_second_duration() {
+        let spec = released(&held_by("me", 15), Timestamp::UNIX_EPOCH);
+        assert_eq!(spec.holder_identity, None);
+        assert_eq!(spec.lease_duration_seconds, Some(1));
+        assert_eq!(
+            step(Some(&spec), "other", Duration::ZERO),
+            Step::TakeOver { from: None }
+        );
+    }
+
+    #[rstest]
+    #[case::client_gos_defaults_are_valid(15, 10, 2, None)]
+    #[case::a_renew_deadline_as_long_as_the_lease_is_refused(10, 10, 2, Some("--renew-deadline"))]
+    #[case::a_retry_period_as_long_as_the_renew_deadline_is_refused(
+        15,
+        10,
+        10,
+        Some("--retry-period")
+    )]
+    fn timing_is_checked(
+        #[case] lease: u64,
+        #[case] renew: u64,
+        #[case] retry: u64,
+        #[case] names: Option<&str>,
+    ) {
+        let timing = Timing {
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+        };
+        match (timing.problem(), names) {
+            (None, None) => {}
+            (Some(p), Some(flag)) => assert!(p.starts_with(flag), "{p}"),
+            (p, n) => panic!("problem {p:?}, expected one naming {n:?}"),
+        }
+    }
+}

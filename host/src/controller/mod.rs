@@ -1,0 +1,674 @@
+//! `jumppod run`: the reconciler as a Kubernetes controller.
+//!
+//! Three watches (ReplicaSets and pods carrying `app.kubernetes.io/name`, Services) fill caches;
+//! each change names the projects it concerns; a work queue reconciles each project from the
+//! caches alone ([`index`] decides, [`crate::apply`] writes), so a steady cluster costs no
+//! request beyond the watches. One project is never reconciled twice at once; a failing one
+//! is retried with jittered exponential backoff while the others go on. With leader election
+//! only the holder of the Lease watches and writes ([`lease`]).
+
+pub mod index;
+pub mod lease;
+pub mod metrics;
+
+use crate::api::{Kube, Op, explain};
+use crate::apply::apply;
+use crate::config::RawConfig;
+use crate::error::HostError;
+use crate::plan::Observed;
+use futures::{Stream, StreamExt, TryStreamExt};
+use index::{Note, ProjectKey, SeenPort, Severity, State};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use lease::{Elector, Look, Timing};
+use metrics::{ActionLabel, Metrics, ResultLabel, Role};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// The name Events carry as their reporting controller.
+pub const CONTROLLER_NAME: &str = "jumppod";
+
+/// Objects per page of a watch's initial list.
+const LIST_PAGE: u32 = 100;
+
+/// Leader election settings.
+#[derive(Clone, Debug)]
+pub struct Election {
+    pub namespace: String,
+    pub lease: String,
+    pub identity: String,
+    pub timing: Timing,
+}
+
+/// How `jumppod run` runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Resources, image and placement the ReplicaSets should have (drift is reported against
+    /// them); never a project, a namespace or a port.
+    pub template: RawConfig,
+    /// The namespace watched; None: every namespace.
+    pub namespace: Option<String>,
+    pub listen: SocketAddr,
+    /// None: no leader election (one replica only).
+    pub election: Option<Election>,
+    /// Projects reconciled at once.
+    pub concurrency: usize,
+    /// Deadline of one project's writes, retries included.
+    pub reconcile_timeout: Duration,
+    /// First retry delay of a failing project; doubles up to `max_backoff`, with jitter.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+/// The two clients: `watch` with a watch's read timeout, `write` with the per-request one.
+#[derive(Clone)]
+pub struct Clients {
+    pub watch: Client,
+    pub write: Client,
+}
+
+/// Runs until `shutdown` resolves; then stops writing and releases the Lease.
+pub async fn run(
+    clients: Clients,
+    options: Options,
+    on_listen: impl FnOnce(SocketAddr),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), HostError> {
+    let metrics = Arc::new(Metrics::new());
+    let (addr, server) = metrics::serve(options.listen, metrics.clone())
+        .await
+        .map_err(|e| crate::config::ConfigError {
+            field: "--listen".into(),
+            value: options.listen.to_string(),
+            problem: format!("cannot listen there: {e}"),
+        })?;
+    on_listen(addr);
+    let server = tokio::spawn(server);
+    let result = lead_or_stand_by(clients, options, metrics, shutdown).await;
+    server.abort();
+    result
+}
+
+async fn lead_or_stand_by(
+    clients: Clients,
+    options: Options,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), HostError> {
+    tokio::pin!(shutdown);
+    let Some(election) = options.election.clone() else {
+        tracing::info!("leader election off: this replica writes");
+        tokio::select! {
+            result = control(clients, options, metrics) => return result,
+            () = &mut shutdown => return Ok(()),
+        }
+    };
+    let mut elector = Elector::new(
+        clients.write.clone(),
+        &election.namespace,
+        &election.lease,
+        &election.identity,
+        election.timing,
+    );
+    loop {
+        metrics.set_role(Role::Standby);
+        tokio::select! {
+            acquired = acquire(&mut elector, &election) => acquired,
+            () = &mut shutdown => return Ok(()),
+        }
+        tracing::info!(lease = %election.lease, identity = %election.identity, "leading: watching and writing");
+        metrics.set_role(Role::Syncing);
+        let mut controller =
+            tokio::spawn(control(clients.clone(), options.clone(), metrics.clone()));
+        tokio::select! {
+            lost = hold(&mut elector) => {
+                controller.abort();
+                tracing::error!(lease = %election.lease, reason = %lost, "lost the lease: stopped writing; standing by");
+            }
+            ended = &mut controller => {
+                elector.release().await.ok();
+                return match ended {
+                    Ok(Ok(())) => Err(HostError::Controller("its watches ended".into())),
+                    Ok(Err(e)) => Err(e),
+                    Err(e) => Err(HostError::Controller(e.to_string())),
+                };
+            }
+            () = &mut shutdown => {
+                controller.abort();
+                let _ = controller.await;
+                return elector.release().await;
+            }
+        }
+    }
+}
+
+/// Looks at the Lease every retry period until this replica holds it.
+async fn acquire(elector: &mut Elector, election: &Election) {
+    let mut last_holder = None;
+    loop {
+        match elector.look().await {
+            Ok(Look::Leading) => return,
+            Ok(Look::Following { holder }) => {
+                if last_holder.as_ref() != Some(&holder) {
+                    tracing::info!(lease = %election.lease, %holder, "standing by: another replica leads");
+                    last_holder = Some(holder);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(lease = %election.lease, error = %e.report(), "cannot read the lease")
+            }
+        }
+        tokio::time::sleep(election.timing.retry_period).await;
+    }
+}
+
+/// Renews every retry period; returns why leadership was lost.
+async fn hold(elector: &mut Elector) -> String {
+    let timing = elector.timing();
+    let mut renewed = Instant::now();
+    loop {
+        tokio::time::sleep(timing.retry_period).await;
+        let left = timing.renew_deadline.saturating_sub(renewed.elapsed());
+        match tokio::time::timeout(left, elector.look()).await {
+            Ok(Ok(Look::Leading)) => renewed = Instant::now(),
+            Ok(Ok(Look::Following { holder })) => return format!("{holder} holds it"),
+            Ok(Err(e)) => tracing::warn!(error = %e.report(), "cannot renew the lease"),
+            Err(_) => {}
+        }
+        if renewed.elapsed() >= timing.renew_deadline {
+            return format!(
+                "not renewed for the renew deadline ({:?})",
+                timing.renew_deadline
+            );
+        }
+    }
+}
+
+/// What a reconcile is run on.
+enum Trigger {
+    Project(ProjectKey),
+    /// A watch (re)listed: every project the caches know.
+    All,
+    /// A failing project's backoff is over.
+    Retry(ProjectKey),
+}
+
+/// The caches the watches fill.
+#[derive(Clone)]
+struct Caches {
+    replicasets: Store<ReplicaSet>,
+    services: Store<Service>,
+    pods: Store<Pod>,
+}
+
+impl Caches {
+    fn observed(&self, key: &ProjectKey) -> Observed {
+        let rs = self
+            .replicasets
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            .map(|rs| rs.as_ref().clone());
+        let svc = self
+            .services
+            .get(&ObjectRef::new(&jumppod::schema::service_name(&key.name)).within(&key.namespace))
+            .map(|s| s.as_ref().clone());
+        let pods = self.pods.state_filter(|p| {
+            p.metadata.namespace.as_deref() == Some(&key.namespace)
+                && ProjectKey::of_pod(p).contains(key)
+        });
+        index::observed(key, rs, svc, pods.iter().map(|p| p.as_ref()))
+    }
+
+    fn keys(&self) -> BTreeSet<ProjectKey> {
+        let mut keys = BTreeSet::new();
+        keys.extend(
+            self.replicasets
+                .state()
+                .iter()
+                .filter_map(|r| ProjectKey::of_replicaset(r)),
+        );
+        keys.extend(
+            self.services
+                .state()
+                .iter()
+                .filter_map(|s| ProjectKey::of_service(s)),
+        );
+        for p in self.pods.state() {
+            keys.extend(ProjectKey::of_pod(&p));
+        }
+        keys
+    }
+}
+
+/// One watch: objects that are not a jump pod's never enter the cache (an object relabelled
+/// away becomes a delete), and what the planner does not read is dropped from those that do.
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    ours: fn(&K) -> bool,
+    slim: fn(&mut K),
+    keys: fn(&K) -> Vec<ProjectKey>,
+) -> impl Stream<Item = Result<Vec<Trigger>, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let events = watcher(api, config)
+        .default_backoff()
+        .try_filter_map(move |event| {
+            futures::future::ready(Ok(match event {
+                watcher::Event::InitApply(o) if !ours(&o) => None,
+                watcher::Event::Apply(o) if !ours(&o) => Some(watcher::Event::Delete(o)),
+                other => Some(other.modify(slim)),
+            }))
+        });
+    reflector::reflector(writer, events).map_ok(move |event| match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+            keys(&o).into_iter().map(Trigger::Project).collect()
+        }
+        watcher::Event::InitDone => vec![Trigger::All],
+        watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
+    })
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// What a project's reconciles remember between runs.
+#[derive(Default)]
+struct Memory {
+    /// Notes published for what is still the case.
+    published: BTreeSet<Note>,
+    port: Option<SeenPort>,
+    failures: u32,
+    /// In backoff after an error: triggers wait for the retry.
+    backing_off: bool,
+}
+
+struct Context {
+    caches: Caches,
+    write: Client,
+    recorder: Recorder,
+    template: RawConfig,
+    metrics: Arc<Metrics>,
+    timeout: Duration,
+}
+
+/// Watches and reconciles until aborted (leadership lost, shutdown).
+async fn control(
+    clients: Clients,
+    options: Options,
+    metrics: Arc<Metrics>,
+) -> Result<(), HostError> {
+    let ns = options.namespace.as_deref();
+    let (replicasets, rs_writer) = reflector::store();
+    let (services, svc_writer) = reflector::store();
+    let (pods, pod_writer) = reflector::store();
+    // Pages of 100, not kube-rs' 500: a page is held whole, before the objects are slimmed
+    // for the cache, and it sets a fresh controller's peak memory.
+    let unfiltered = watcher::Config::default().page_size(LIST_PAGE);
+    let labelled = unfiltered.clone().labels(index::WATCH_SELECTOR);
+    let streams = futures::stream::select_all([
+        watch(
+            api::<ReplicaSet>(&clients.watch, ns),
+            labelled.clone(),
+            rs_writer,
+            |rs| ProjectKey::of_replicaset(rs).is_some(),
+            index::slim_replicaset,
+            |rs| ProjectKey::of_replicaset(rs).into_iter().collect(),
+        )
+        .boxed(),
+        watch(
+            api::<Service>(&clients.watch, ns),
+            unfiltered,
+            svc_writer,
+            |s| ProjectKey::of_service(s).is_some(),
+            index::slim_service,
+            |s| ProjectKey::of_service(s).into_iter().collect(),
+        )
+        .boxed(),
+        watch(
+            api::<Pod>(&clients.watch, ns),
+            labelled,
+            pod_writer,
+            |p| !ProjectKey::of_pod(p).is_empty(),
+            index::slim_pod,
+            ProjectKey::of_pod,
+        )
+        .boxed(),
+    ]);
+    let caches = Caches {
+        replicasets,
+        services,
+        pods,
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let forward = {
+        let tx = tx.clone();
+        async move {
+            let mut streams = streams;
+            while let Some(item) = streams.next().await {
+                match item {
+                    Ok(triggers) => {
+                        for trigger in triggers {
+                            let _ = tx.send(trigger);
+                        }
+                    }
+                    // The watcher retries with backoff on its own; say what failed.
+                    Err(e) => tracing::warn!(error = %e, "watch failed; retrying"),
+                }
+            }
+        }
+    };
+    let ready = {
+        let caches = caches.clone();
+        let metrics = metrics.clone();
+        async move {
+            let waited = Instant::now();
+            let _ = tokio::join!(
+                caches.replicasets.wait_until_ready(),
+                caches.services.wait_until_ready(),
+                caches.pods.wait_until_ready()
+            );
+            metrics.set_role(Role::Leading);
+            tracing::info!(
+                took = ?waited.elapsed(),
+                replicasets = caches.replicasets.len(),
+                services = caches.services.len(),
+                pods = caches.pods.len(),
+                "caches filled"
+            );
+        }
+    };
+    let context = Arc::new(Context {
+        caches,
+        write: clients.write.clone(),
+        recorder: Recorder::new(
+            clients.write.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.into(),
+                instance: options.election.as_ref().map(|e| e.identity.clone()),
+            },
+        ),
+        template: options.template.clone(),
+        metrics,
+        timeout: options.reconcile_timeout,
+    });
+    tokio::join!(forward, ready, work(context, options, tx, rx));
+    Ok(())
+}
+
+/// The work queue: runs reconciles, at most one per project and `concurrency` at once.
+async fn work(
+    ctx: Arc<Context>,
+    options: Options,
+    tx: mpsc::UnboundedSender<Trigger>,
+    mut rx: mpsc::UnboundedReceiver<Trigger>,
+) {
+    let mut pending: BTreeSet<ProjectKey> = BTreeSet::new();
+    let mut running: BTreeSet<ProjectKey> = BTreeSet::new();
+    let mut again: BTreeSet<ProjectKey> = BTreeSet::new();
+    let mut memory: HashMap<ProjectKey, Memory> = HashMap::new();
+    let mut states: HashMap<ProjectKey, State> = HashMap::new();
+    let mut tasks: JoinSet<(ProjectKey, Memory, Result<Option<State>, HostError>)> = JoinSet::new();
+    loop {
+        while running.len() < options.concurrency.max(1) {
+            let Some(key) = pending.pop_first() else {
+                break;
+            };
+            let mem = memory.remove(&key).unwrap_or_default();
+            running.insert(key.clone());
+            let ctx = ctx.clone();
+            tasks.spawn(async move {
+                let (mem, result) = reconcile(&ctx, &key, mem).await;
+                (key, mem, result)
+            });
+        }
+        tokio::select! {
+            trigger = rx.recv() => {
+                let Some(trigger) = trigger else { return };
+                let mut enqueue = |key: ProjectKey, retry: bool| {
+                    if let Some(mem) = memory.get_mut(&key) {
+                        if mem.backing_off && !retry {
+                            return;
+                        }
+                        mem.backing_off = false;
+                    }
+                    if running.contains(&key) {
+                        again.insert(key);
+                    } else {
+                        pending.insert(key);
+                    }
+                };
+                match trigger {
+                    Trigger::Project(key) => enqueue(key, false),
+                    Trigger::Retry(key) => enqueue(key, true),
+                    Trigger::All => {
+                        for key in ctx.caches.keys() {
+                            enqueue(key, false);
+                        }
+                    }
+                }
+            }
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                let Ok((key, mut mem, result)) = joined else { continue };
+                running.remove(&key);
+                match result {
+                    Ok(Some(state)) => {
+                        mem.failures = 0;
+                        states.insert(key.clone(), state);
+                        memory.insert(key.clone(), mem);
+                    }
+                    Ok(None) => {
+                        // Nothing of the project is left.
+                        states.remove(&key);
+                    }
+                    Err(e) => {
+                        mem.failures += 1;
+                        let delay = backoff(options.backoff, options.max_backoff, mem.failures);
+                        tracing::warn!(project = %key, error = %e.report(), failures = mem.failures, retry_in = ?delay, "reconcile failed");
+                        // Changes seen meanwhile wait for the retry too, which reads them.
+                        mem.backing_off = true;
+                        again.remove(&key);
+                        memory.insert(key.clone(), mem);
+                        let tx = tx.clone();
+                        let retry = key.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let _ = tx.send(Trigger::Retry(retry));
+                        });
+                    }
+                }
+                if again.remove(&key) {
+                    pending.insert(key);
+                }
+                let mut counts: BTreeMap<State, i64> = BTreeMap::new();
+                for state in states.values() {
+                    *counts.entry(*state).or_default() += 1;
+                }
+                ctx.metrics.set_projects(&counts);
+            }
+        }
+    }
+}
+
+/// Exponential backoff with full jitter over its upper half: `first * 2^(failures-1)`, at most
+/// `max`, times a random factor in [0.5, 1.0], so that projects failing together (an API
+/// outage) do not retry in lockstep.
+pub fn backoff(first: Duration, max: Duration, failures: u32) -> Duration {
+    let exp = first.saturating_mul(1u32 << failures.saturating_sub(1).min(20));
+    exp.min(max).mul_f64(0.5 + fastrand::f64() * 0.5)
+}
+
+/// One project: observe (the caches), decide, write, tell. `Ok(None)`: nothing of it is left.
+#[tracing::instrument(name = "reconcile", skip_all, fields(namespace = %key.namespace, jump_pod = %key.name))]
+async fn reconcile(
+    ctx: &Context,
+    key: &ProjectKey,
+    mut mem: Memory,
+) -> (Memory, Result<Option<State>, HostError>) {
+    let started = Instant::now();
+    let observed = ctx.caches.observed(key);
+    if observed.replicaset.is_none()
+        && observed.service.is_none()
+        && observed.bare_pod.is_none()
+        && observed.pods.is_empty()
+    {
+        return (mem, Ok(None));
+    }
+    let result = async {
+        let decision = match index::decide(&ctx.template, key, &observed) {
+            Ok(d) => d,
+            Err(problem) => {
+                let note = Note {
+                    severity: Severity::Warning,
+                    reason: "InvalidProject",
+                    message: format!(
+                        "jumppod cannot manage this project with its settings: {problem}"
+                    ),
+                };
+                publish(ctx, &observed, &mut mem, &[note], &[]).await;
+                return Ok(State::Invalid);
+            }
+        };
+        let kube = Kube::new(ctx.write.clone(), ctx.timeout);
+        let applied = apply(&kube, &key.namespace, &decision.actions).await?;
+        for a in &applied {
+            ctx.metrics
+                .actions
+                .get_or_create(&ActionLabel {
+                    action: match a.action {
+                        crate::action::Action::DeletePod { .. } => "delete-pod",
+                        crate::action::Action::DeleteService { .. } => "delete-service",
+                        crate::action::Action::CreateService { .. } => "create-service",
+                        _ => "other",
+                    },
+                })
+                .inc();
+        }
+        let seen = SeenPort::of(observed.service.as_ref());
+        let mut current = index::notes(&decision.findings);
+        current.extend(index::port_changed(mem.port.as_ref(), seen.as_ref()));
+        mem.port = seen;
+        let once: Vec<Note> = applied
+            .iter()
+            .map(|a| index::applied_note(&a.action))
+            .collect();
+        publish(ctx, &observed, &mut mem, &current, &once).await;
+        tracing::debug!(state = decision.state.as_str(), took = ?started.elapsed(), "reconciled");
+        Ok(decision.state)
+    }
+    .await;
+    let label = if result.is_ok() { "ok" } else { "error" };
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ResultLabel { result: label })
+        .inc();
+    ctx.metrics
+        .duration
+        .observe(started.elapsed().as_secs_f64());
+    (mem, result.map(Some))
+}
+
+/// Publishes the notes not yet published (`current`: what is the case, remembered; `once`:
+/// what was done, never remembered). A note that cannot be published is tried again at the
+/// next reconcile.
+async fn publish(
+    ctx: &Context,
+    observed: &Observed,
+    mem: &mut Memory,
+    current: &[Note],
+    once: &[Note],
+) {
+    let Some(regarding) = index::regarding(observed) else {
+        return;
+    };
+    let mut published = BTreeSet::new();
+    let fresh = index::unpublished(&mem.published, current);
+    for note in current {
+        if !fresh.contains(note) {
+            published.insert(note.clone());
+        }
+    }
+    for note in fresh.iter().chain(once) {
+        match send(ctx, &regarding, note).await {
+            Ok(()) => {
+                if current.contains(note) {
+                    published.insert(note.clone());
+                }
+            }
+            Err(e) => {
+                tracing::warn!(reason = note.reason, error = %e.report(), "cannot publish the event")
+            }
+        }
+    }
+    mem.published = published;
+}
+
+async fn send(ctx: &Context, regarding: &ObjectReference, note: &Note) -> Result<(), HostError> {
+    match note.severity {
+        Severity::Warning => tracing::warn!(reason = note.reason, message = %note.message, "event"),
+        Severity::Normal => tracing::info!(reason = note.reason, message = %note.message, "event"),
+    }
+    let event = KubeEvent {
+        type_: match note.severity {
+            Severity::Normal => EventType::Normal,
+            Severity::Warning => EventType::Warning,
+        },
+        reason: note.reason.to_owned(),
+        note: Some(note.message.clone()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    ctx.recorder.publish(&event, regarding).await.map_err(|e| {
+        explain(
+            &Op::new("create", "events", regarding.namespace.as_deref(), None),
+            e,
+        )
+    })?;
+    ctx.metrics.events.inc();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_never_falls_below_half() {
+        let first = Duration::from_millis(100);
+        let max = Duration::from_secs(5);
+        for failures in 1..40 {
+            let upper = first.saturating_mul(1 << (failures - 1).min(20)).min(max);
+            for _ in 0..20 {
+                let d = backoff(first, max, failures);
+                assert!(
+                    d <= upper && d >= upper / 2,
+                    "failure {failures}: {d:?} not in [{:?}, {upper:?}]",
+                    upper / 2
+                );
+            }
+        }
+    }
+}
