@@ -10,6 +10,10 @@
 
 mod common;
 
+use common::cluster::{
+    admin, admin_kubeconfig, audit, bare_pod, cluster_dir, evict, namespace, old_service, typed,
+    wait_for,
+};
 use common::{config_for, kube_at, reported_by_every_command, without};
 use jumppod::schema;
 use jumppod_host::action::{Action, Finding};
@@ -26,50 +30,12 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use std::future::Future;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{KEY, NAME, SVC};
-use jumppod_e2e::audit::Audit;
-
-/// The control plane `jumppod-controlplane run` started for this test run.
-fn cluster_dir() -> PathBuf {
-    PathBuf::from(std::env::var_os("JUMPPOD_CLUSTER_DIR").expect(
-        "JUMPPOD_CLUSTER_DIR is not set: these tests run against the real control plane, \
-         started by `make test` (jumppod-controlplane run --dir DIR -- cargo test ...)",
-    ))
-}
-
-fn admin_kubeconfig() -> PathBuf {
-    cluster_dir().join("admin.kubeconfig")
-}
-
-async fn admin() -> Kube {
-    kube_at(&admin_kubeconfig()).await
-}
 
 async fn ensure(kube: &Kube, config: &Config) -> Result<EnsureReport, HostError> {
     jumppod_host::ensure(kube, config, &Gate::native()).await
-}
-
-/// Waits for `check` to give Some, polling; fails naming what was awaited.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "timed out after 90 s waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Waits until `ensure` finds what `is` picks (a controller or the kubelet writes it
@@ -89,90 +55,11 @@ async fn once_seen_reported_by_every_command(
     reported_by_every_command(kube, config, is, words).await;
 }
 
-fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
-    serde_json::from_value(v).expect("a valid object")
-}
-
-async fn namespace(kube: &Kube, ns: &str) {
-    let api: Api<Namespace> = Api::all(kube.client.clone());
-    api.create(
-        &PostParams::default(),
-        &typed(json!({"metadata": {"name": ns}})),
-    )
-    .await
-    .expect("create the namespace");
-}
-
-/// The bare jump pod an older dstack created, bound to node-1 (the fake kubelet runs it):
-/// `current` labels (after dstack #3891) or only `app.kubernetes.io/name=<name>` (before).
-async fn bare_pod(kube: &Kube, ns: &str, current: bool) -> Pod {
-    let labels = if current {
-        schema::current_labels(NAME, "main")
-    } else {
-        schema::legacy_selector(NAME)
-    };
-    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let pod = api
-        .create(
-            &PostParams::default(),
-            &typed(json!({
-                "metadata": {"name": NAME, "labels": labels},
-                "spec": {"nodeName": "node-1", "restartPolicy": "Never",
-                         "containers": [{"name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE}]}
-            })),
-        )
-        .await
-        .expect("create the bare pod");
-    wait_for("the bare pod to run", || async {
-        api.get(NAME)
-            .await
-            .ok()
-            .filter(jumppod_host::objects::is_ready)
-    })
-    .await;
-    pod
-}
-
-/// What the kubelet writes when it evicts a pod under memory pressure.
-async fn evict(kube: &Kube, ns: &str, name: &str) {
-    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {
-            "phase": "Failed", "reason": "Evicted",
-            "message": "The node was low on resource: memory.",
-            "conditions": [{"type": "Ready", "status": "False"}]
-        }})),
-    )
-    .await
-    .expect("evict the pod");
-}
-
-async fn old_service(kube: &Kube, ns: &str, node_port: i32) {
-    let api: Api<Service> = Api::namespaced(kube.client.clone(), ns);
-    api.create(
-        &PostParams::default(),
-        &typed(json!({
-            "metadata": {"name": SVC},
-            "spec": {"type": "NodePort", "selector": schema::legacy_selector(NAME),
-                     "ports": [{"port": 22, "targetPort": 22, "nodePort": node_port}]}
-        })),
-    )
-    .await
-    .expect("create the old Service");
-}
-
 async fn resolves(kube: &Kube, config: &Config) -> resolve::ResolveReport {
     wait_for("the jump pod to be ready", || async {
         resolve::resolve(kube, config).await.ok()
     })
     .await
-}
-
-/// The control plane's audit log, which counts API requests here.
-fn audit() -> Audit {
-    Audit::new(cluster_dir().join("audit.log"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,25 +21,43 @@ impl Audit {
         std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
     }
 
-    /// `verb requestURI` of the admin user's requests in namespace `ns` after `from`.
-    pub fn read(&self, from: u64, ns: &str) -> Vec<String> {
+    /// The audit events after `from`.
+    fn events(&self, from: u64) -> Vec<Value> {
         let text = std::fs::read(&self.path).unwrap_or_default();
         let start = (from as usize).min(text.len());
         String::from_utf8_lossy(&text[start..])
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
+    }
+
+    fn line(e: &Value) -> String {
+        format!(
+            "{} {}",
+            e["verb"].as_str().unwrap_or(""),
+            e["requestURI"].as_str().unwrap_or("")
+        )
+    }
+
+    /// `verb requestURI` of the admin user's requests in namespace `ns` after `from`.
+    pub fn read(&self, from: u64, ns: &str) -> Vec<String> {
+        self.events(from)
+            .iter()
             .filter(|e| e["user"]["username"] == "admin")
             .filter(|e| {
                 e["objectRef"]["namespace"] == ns
                     || (e["objectRef"]["resource"] == "namespaces" && e["objectRef"]["name"] == ns)
             })
-            .map(|e| {
-                format!(
-                    "{} {}",
-                    e["verb"].as_str().unwrap_or(""),
-                    e["requestURI"].as_str().unwrap_or("")
-                )
-            })
+            .map(Audit::line)
+            .collect()
+    }
+
+    /// `verb requestURI` of `user`'s requests, in every namespace, after `from`.
+    pub fn by_user(&self, from: u64, user: &str) -> Vec<String> {
+        self.events(from)
+            .iter()
+            .filter(|e| e["user"]["username"] == user)
+            .map(Audit::line)
             .collect()
     }
 

@@ -16,6 +16,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "real-cluster")]
+pub mod cluster;
+
 pub const NS: &str = "dstack";
 pub const NAME: &str = "dstack-main-ssh-jump-pod";
 pub const SVC: &str = "dstack-main-ssh-jump-pod-service";
@@ -64,6 +67,7 @@ pub async fn kube_at(path: &Path) -> Kube {
         kubeconfig: Some(path.to_owned()),
         context: None,
         request_timeout: Duration::from_millis(700),
+        watch: false,
     })
     .await
     .expect("client");

@@ -1,0 +1,140 @@
+//! The real control plane the real-cluster tests run against (`make test` starts it once, with
+//! `jumppod-controlplane run`), and what older dstack releases left in it.
+
+use super::kube_at;
+use jumppod::schema;
+use jumppod_e2e::audit::Audit;
+use jumppod_host::api::Kube;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The control plane `jumppod-controlplane run` started for this test run.
+pub fn cluster_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os("JUMPPOD_CLUSTER_DIR").expect(
+        "JUMPPOD_CLUSTER_DIR is not set: these tests run against the real control plane, \
+         started by `make test` (jumppod-controlplane run --dir DIR -- cargo test ...)",
+    ))
+}
+
+pub fn admin_kubeconfig() -> PathBuf {
+    cluster_dir().join("admin.kubeconfig")
+}
+
+pub async fn admin() -> Kube {
+    kube_at(&admin_kubeconfig()).await
+}
+
+/// Waits for `check` to give Some, polling; fails naming what was awaited.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "timed out after 90 s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("a valid object")
+}
+
+pub async fn namespace(kube: &Kube, ns: &str) {
+    let api: Api<Namespace> = Api::all(kube.client.clone());
+    api.create(
+        &PostParams::default(),
+        &typed(json!({"metadata": {"name": ns}})),
+    )
+    .await
+    .expect("create the namespace");
+}
+
+/// The bare jump pod an older dstack created, bound to node-1 (the fake kubelet runs it):
+/// `current` labels (after dstack #3891) or only `app.kubernetes.io/name=<name>` (before).
+pub async fn bare_pod(kube: &Kube, ns: &str, current: bool) -> Pod {
+    bare_pod_of(kube, ns, "main", current).await
+}
+
+/// [`bare_pod`] of any project.
+pub async fn bare_pod_of(kube: &Kube, ns: &str, project: &str, current: bool) -> Pod {
+    let name = schema::jump_pod_name(project);
+    let labels = if current {
+        schema::current_labels(&name, project)
+    } else {
+        schema::legacy_selector(&name)
+    };
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let pod = api
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"nodeName": "node-1", "restartPolicy": "Never",
+                         "containers": [{"name": schema::container_name(&name), "image": schema::DEFAULT_IMAGE}]}
+            })),
+        )
+        .await
+        .expect("create the bare pod");
+    wait_for("the bare pod to run", || async {
+        api.get(&name)
+            .await
+            .ok()
+            .filter(jumppod_host::objects::is_ready)
+    })
+    .await;
+    pod
+}
+
+/// What the kubelet writes when it evicts a pod under memory pressure.
+pub async fn evict(kube: &Kube, ns: &str, name: &str) {
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "phase": "Failed", "reason": "Evicted",
+            "message": "The node was low on resource: memory.",
+            "conditions": [{"type": "Ready", "status": "False"}]
+        }})),
+    )
+    .await
+    .expect("evict the pod");
+}
+
+/// The Service of a pre-#3891 release: the legacy selector, on `node_port`.
+pub async fn old_service(kube: &Kube, ns: &str, node_port: i32) {
+    old_service_of(kube, ns, "main", node_port).await
+}
+
+pub async fn old_service_of(kube: &Kube, ns: &str, project: &str, node_port: i32) {
+    let name = schema::jump_pod_name(project);
+    let api: Api<Service> = Api::namespaced(kube.client.clone(), ns);
+    api.create(
+        &PostParams::default(),
+        &typed(json!({
+            "metadata": {"name": schema::service_name(&name)},
+            "spec": {"type": "NodePort", "selector": schema::legacy_selector(&name),
+                     "ports": [{"port": 22, "targetPort": 22, "nodePort": node_port}]}
+        })),
+    )
+    .await
+    .expect("create the old Service");
+}
+
+/// The control plane's audit log, which counts API requests here.
+pub fn audit() -> Audit {
+    Audit::new(cluster_dir().join("audit.log"))
+}
