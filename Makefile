@@ -13,7 +13,7 @@ export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
 export JUMPPOD_ACCEPT_ALL_WASM := $(ACCEPT_ALL_WASM)
 CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
 
-.PHONY: all setup kubectl sshd policy accept-all test lint fmt unit demo demo-real bench e2e-kwctl clean controlplane controlplane-check cluster-up
+.PHONY: all setup kubectl sshd policy accept-all test lint fmt unit demo demo-real bench bench-controller e2e-kwctl clean controlplane controlplane-check cluster-up
 
 all: policy
 
@@ -87,6 +87,13 @@ demo-real: setup $(CONTROLPLANE)
 ## bench: criterion benchmarks (policy through waPC, simulator, host)
 bench: policy accept-all
 	$(CARGO) bench --workspace
+
+## bench-controller: `jumppod run`'s memory and start-up with 1, 100 and 1000 projects, on the
+## real control plane (started for the run, stopped after)
+bench-controller: setup $(CONTROLPLANE)
+	rm -rf $(TARGET_DIR)/controlplane/bench
+	$(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/bench -- \
+	  $(CARGO) bench -p jumppod-host --features real-cluster --bench controller
 
 ## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats
 e2e-kwctl: policy
