@@ -22,6 +22,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -364,6 +365,34 @@ async fn an_old_pod_that_finishes_has_its_service_switched_on_the_same_node_port
         Some(f64::from(RUNS)),
         "{metrics}"
     );
+
+    // Someone moves a Service to another NodePort: the jobs on the old one lose their jump
+    // host, and the operator hears of it.
+    let services: Api<Service> = Api::namespaced(kube.client.clone(), ns);
+    let svc = schema::service_name(&schema::jump_pod_name("up0"));
+    services
+        .patch(
+            &svc,
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(
+                    json!([{"op": "replace", "path": "/spec/ports/0/nodePort", "value": 30650}]),
+                )
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let moved = wait_for("the NodePortChanged event", || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("NodePortChanged"))
+    })
+    .await;
+    assert_eq!(moved.type_.as_deref(), Some("Warning"));
+    let note = moved.note.unwrap_or_default();
+    assert!(note.contains("from 30600 to 30650"), "{note}");
     done(&kube, ns).await;
 }
 
