@@ -10,9 +10,9 @@
 
 mod common;
 
+use common::both::{self, Cluster};
 use common::cluster::{
-    admin, admin_kubeconfig, audit, bare_pod, cluster_dir, evict, namespace, old_service, typed,
-    wait_for,
+    admin, admin_kubeconfig, bare_pod, cluster_dir, evict, namespace, old_service, typed, wait_for,
 };
 use common::{config_for, kube_at, reported_by_every_command, without};
 use jumppod::schema;
@@ -62,146 +62,65 @@ async fn resolves(kube: &Kube, config: &Config) -> resolve::ResolveReport {
     .await
 }
 
+/// Scenario 1 (common/both.rs): a fresh namespace gets a Guaranteed jump pod; a steady-state
+/// ensure and a resolve cost 2 requests each in the audit log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_namespace_gets_a_guaranteed_jump_pod_and_the_steady_state_costs_two_requests() {
-    let kube = admin().await;
-    let ns = "rc-fresh";
-    let config = config_for(ns, "main", "hostname: jump.example.com");
-    let report = ensure(&kube, &config).await.expect("ensure");
-    let kinds: Vec<&str> = report
-        .applied
-        .iter()
-        .map(|a| match &a.action {
-            Action::CreateNamespace(_) => "namespace",
-            Action::CreateReplicaSet(_) => "replicaset",
-            Action::CreateService { .. } => "service",
-            _ => "other",
-        })
-        .collect();
-    assert_eq!(kinds, ["namespace", "replicaset", "service"], "{report}");
-
-    let proxy = resolves(&kube, &config).await.proxy;
-    assert!(!proxy.bare);
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let pod = pods.get(&proxy.pod).await.unwrap();
-    assert_eq!(
-        pod.status.and_then(|s| s.qos_class).as_deref(),
-        Some("Guaranteed"),
-        "the real API server classes the ReplicaSet's pod"
-    );
-
-    let audit = audit();
-    let from = audit.mark();
-    let report = ensure(&kube, &config).await.unwrap();
-    assert!(report.applied.is_empty(), "{report}");
-    let requests = audit.since(from, ns).await;
-    assert_eq!(requests.len(), 2, "steady-state ensure: {requests:#?}");
-
-    let from = audit.mark();
-    resolve::resolve(&kube, &config).await.unwrap();
-    let requests = audit.since(from, ns).await;
-    assert_eq!(requests.len(), 2, "resolve with a hostname: {requests:#?}");
+    both::an_empty_namespace_gets_a_replicaset_and_a_service(&Cluster::real("rc-fresh").await)
+        .await;
 }
 
+/// Scenario 3 (common/both.rs), with the real ReplicaSet controller taking over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_upgrade_from_a_bare_pre_3891_pod_keeps_the_node_port_of_running_jobs() {
-    let kube = admin().await;
-    let ns = "rc-upgrade";
-    let config = config_for(ns, "main", "hostname: jump.example.com");
-    namespace(&kube, ns).await;
-    bare_pod(&kube, ns, false).await;
-    old_service(&kube, ns, 30222).await;
-
-    let report = ensure(&kube, &config).await.unwrap();
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::LegacyPodRunning { .. })),
-        "{report}"
-    );
-    assert!(
-        report.findings.iter().any(|f| matches!(
-            f,
-            Finding::LegacyServiceKept {
-                node_port: Some(30222),
-                ..
-            }
-        )),
-        "{report}"
-    );
-    let proxy = resolves(&kube, &config).await.proxy;
-    assert!(proxy.bare, "the old Service still routes to the bare pod");
-    assert_eq!(proxy.port, 30222);
-
-    evict(&kube, ns, NAME).await;
-    // The ReplicaSet's pod must be ready for the Service to be worth switching to.
-    wait_for("the ReplicaSet's pod", || async {
-        let rs: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
-        rs.get(NAME)
+async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over() {
+    let evicted = async {
+        both::a_finished_bare_pod_is_deleted(&Cluster::real("rc-finished").await, "Failed", 30101)
             .await
-            .ok()
-            .filter(|rs| rs.status.as_ref().and_then(|s| s.ready_replicas) == Some(1))
-    })
-    .await;
-    let report = ensure(&kube, &config).await.unwrap();
-    let actions: Vec<String> = report
-        .applied
-        .iter()
-        .map(|a| a.action.to_string())
-        .collect();
-    assert_eq!(actions.len(), 3, "{report}");
-    assert!(
-        actions[0].starts_with(&format!("delete pod {NAME}")),
-        "{report}"
-    );
-    assert!(
-        actions[1].starts_with(&format!("delete service {SVC}")),
-        "{report}"
-    );
-    assert!(
-        actions[2].contains("on NodePort 30222 (kept: running jobs use it)"),
-        "{report}"
-    );
-    let proxy = resolves(&kube, &config).await.proxy;
-    assert!(!proxy.bare);
-    assert_eq!(proxy.port, 30222, "the same NodePort");
-    let svc: Api<Service> = Api::namespaced(kube.client.clone(), ns);
-    let svc = svc.get(SVC).await.unwrap();
-    assert_eq!(
-        svc.spec.unwrap().selector.unwrap(),
-        schema::current_selector(NAME)
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_real_replicaset_controller_adopts_a_bare_pod_with_the_current_labels() {
-    let kube = admin().await;
-    let ns = "rc-adopt";
-    namespace(&kube, ns).await;
-    let bare = bare_pod(&kube, ns, true).await;
-    ensure(&kube, &config_for(ns, "main", "")).await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let adopted = wait_for("the ReplicaSet to adopt the bare pod", || async {
-        pods.get(NAME)
-            .await
-            .ok()
-            .filter(|p| jumppod_host::objects::controller_of(p) == Some(("ReplicaSet", NAME)))
-    })
-    .await;
-    assert_eq!(
-        adopted.metadata.uid, bare.metadata.uid,
-        "the same pod, adopted"
-    );
-    // Give the controller a moment: an adopted pod counts, so no second pod is created.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let all = pods
-        .list(
-            &kube::api::ListParams::default().labels(&format!("{}={NAME}", schema::INSTANCE_LABEL)),
+    };
+    let succeeded = async {
+        both::a_finished_bare_pod_is_deleted(
+            &Cluster::real("rc-succeeded").await,
+            "Succeeded",
+            30102,
         )
         .await
-        .unwrap();
-    assert_eq!(all.items.len(), 1, "{:#?}", all.items);
+    };
+    tokio::join!(evicted, succeeded);
+}
+
+/// Scenario 5 (common/both.rs): a finished pre-#3891 pod, in the audit log's 3 requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
+    both::a_finished_pre_3891_pod_makes_resolve_fail_at_once(
+        &Cluster::real("rc-finished-legacy").await,
+    )
+    .await;
+}
+
+/// Scenario 6 (common/both.rs): the real ReplicaSet controller replaces an evicted pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_replicaset_pod_is_replaced_on_the_same_node_port() {
+    both::an_evicted_replicaset_pod_is_replaced_on_the_same_node_port(
+        &Cluster::real("rc-evicted").await,
+    )
+    .await;
+}
+
+/// Scenario 4 (common/both.rs): the upgrade from a bare pre-#3891 pod with real objects and an
+/// eviction; the NodePort of running jobs is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_from_a_bare_pre_3891_pod_keeps_the_node_port_of_running_jobs() {
+    both::a_pre_3891_pod_is_left_alone_then_its_service_recreated(
+        &Cluster::real("rc-upgrade").await,
+    )
+    .await;
+}
+
+/// Scenario 2 (common/both.rs): the real ReplicaSet controller adopts a bare pod with the
+/// current labels, and starts no second pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_replicaset_controller_adopts_a_bare_pod_with_the_current_labels() {
+    both::a_running_bare_pod_with_current_labels_is_adopted(&Cluster::real("rc-adopt").await).await;
 }
 
 /// The real registry refuses a delete whose uid precondition no longer holds with 409
@@ -275,24 +194,14 @@ async fn the_longest_project_name_is_accepted_and_one_more_character_is_a_config
     assert!(past.problem.contains("at most 63"), "{past}");
 }
 
+/// Scenario 7 (common/both.rs): the real scheduler's `0/3 nodes are available: 3 Insufficient
+/// cpu`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_no_node_can_hold_is_reported_with_the_real_schedulers_message() {
-    let kube = admin().await;
-    let ns = "rc-unschedulable";
-    // The fake nodes have 4 cpus each.
-    let config = config_for(ns, "main", "hostname: h\ncpu: '6'");
-    ensure(&kube, &config).await.unwrap();
-    let err = wait_for("the scheduler's verdict", || async {
-        match resolve::resolve(&kube, &config).await {
-            Err(e) if e.to_string().contains("cannot be scheduled") => Some(e),
-            _ => None,
-        }
-    })
+    both::an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(
+        &Cluster::real("rc-unschedulable").await,
+    )
     .await;
-    assert_eq!(err.exit_code(), 4);
-    let text = err.to_string();
-    assert!(text.contains("0/3 nodes are available"), "{text}");
-    assert!(text.contains("Insufficient cpu"), "{text}");
 }
 
 /// The printed RBAC rules, bound to a plain user of the control plane: the whole flow works

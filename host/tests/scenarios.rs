@@ -3,8 +3,8 @@
 
 mod common;
 
+use common::both::{self, Cluster};
 use common::*;
-use jumppod_host::HostError;
 use jumppod_host::action::{Action, Finding};
 use jumppod_host::apply::{self, Outcome};
 use jumppod_host::manifest::Desired;
@@ -16,53 +16,10 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// 1. An empty namespace: namespace, ReplicaSet and Service are created; `resolve` gives
-/// host:port once the pod is Ready; then ensure and resolve stay within 2 requests.
+/// 1. An empty namespace (common/both.rs, on both backends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_namespace_gets_a_replicaset_and_a_service_and_resolves_once_ready() {
-    let sim = start().await;
-    let config = config("hostname: jump.example.com");
-    let report = ensure(&sim, &config).await.unwrap();
-    assert_eq!(report.applied.len(), 3, "{report}");
-    assert!(report.policy_checked);
-    assert!(sim.get("namespaces", None, NS).is_some());
-    let rs = sim.get("replicasets", Some(NS), NAME).expect("replicaset");
-    assert_eq!(
-        rs["spec"]["selector"]["matchLabels"],
-        json!({"app.kubernetes.io/instance": NAME})
-    );
-    let svc = service(&sim);
-    assert_eq!(
-        svc["spec"]["selector"],
-        json!({"app.kubernetes.io/instance": NAME})
-    );
-    assert_eq!(svc["spec"]["type"], "NodePort");
-
-    // Before the kubelet has run the pod: not ready, a clear error.
-    let err = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, HostError::NotReady(_)), "{err}");
-
-    sim.settle().await;
-    let pods = active_pods(&sim);
-    assert_eq!(pods.len(), 1);
-    assert_eq!(pods[0]["status"]["qosClass"], "Guaranteed");
-    let (proxy, records) = requests_of(&sim, async {
-        resolve::resolve(&kube(&sim).await, &config).await.unwrap()
-    })
-    .await;
-    assert_eq!(proxy.proxy.hostname, "jump.example.com");
-    assert_eq!(i64::from(proxy.proxy.port), node_port(&svc));
-    assert_eq!(proxy.proxy.username, "root");
-    assert!(!proxy.proxy.bare);
-    assert!(records.len() <= 2, "resolve made {records:?}");
-
-    let (report, records) = requests_of(&sim, ensure(&sim, &config)).await;
-    let report = report.unwrap();
-    assert!(report.applied.is_empty(), "{report}");
-    assert!(!report.policy_checked, "nothing to write, nothing to check");
-    assert!(records.len() <= 2, "steady-state ensure made {records:?}");
+    both::an_empty_namespace_gets_a_replicaset_and_a_service(&Cluster::sim().await).await;
 }
 
 /// Without `hostname`, the proxy is the ExternalIP of the pod's node.
@@ -87,171 +44,44 @@ async fn without_a_hostname_the_proxy_is_the_external_ip_of_the_pods_node() {
     assert_eq!(json!(report.proxy.hostname), external);
 }
 
-/// 2. A running bare pod with the current labels (a release after #3891): the ReplicaSet
-/// adopts it, no second pod is started, the Service is kept.
+/// 2. A running bare pod with the current labels is adopted (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_bare_pod_with_current_labels_is_adopted_and_the_service_kept() {
-    let sim = start().await;
-    namespace(&sim, NS);
-    seed_bare_pod(&sim, "Running", true);
-    let svc = seed_service(&sim, 30100, true);
-    let config = config("hostname: h");
-    let report = ensure(&sim, &config).await.unwrap();
-    assert!(
-        report.findings.contains(&Finding::BarePodAdoptable {
-            pod: NAME.into(),
-            adopted: false
-        }),
-        "{report}"
-    );
-    sim.settle().await;
-    let pods = active_pods(&sim);
-    assert_eq!(pods.len(), 1, "no second pod: {pods:#?}");
-    assert_eq!(pods[0]["metadata"]["name"], NAME);
-    assert_eq!(
-        pods[0]["metadata"]["ownerReferences"][0]["kind"],
-        "ReplicaSet"
-    );
-    assert_eq!(
-        pods[0]["metadata"]["ownerReferences"][0]["controller"],
-        true
-    );
-    assert_eq!(uid(&service(&sim)), uid(&svc), "the Service is kept");
-    let proxy = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap()
-        .proxy;
-    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30100));
+    both::a_running_bare_pod_with_current_labels_is_adopted(&Cluster::sim().await).await;
 }
 
-/// 3. A finished bare pod (Evicted, or Succeeded): deleted; the ReplicaSet's pod takes over.
+/// 3. A finished bare pod (Evicted, or Succeeded) is deleted (common/both.rs).
 #[rstest]
 #[case::evicted("Failed")]
 #[case::succeeded("Succeeded")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over(#[case] phase: &str) {
-    let sim = start().await;
-    namespace(&sim, NS);
-    let legacy = seed_bare_pod(&sim, phase, true);
-    seed_service(&sim, 30101, true);
-    let config = config("hostname: h");
-    let report = ensure(&sim, &config).await.unwrap();
-    assert!(
-        report.applied.iter().any(|a| a
-            .action
-            .to_string()
-            .starts_with(&format!("delete pod {NAME}"))),
-        "{report}"
-    );
-    let gone = sim.get("pods", Some(NS), NAME);
-    assert!(
-        gone.is_none_or(|p| uid(&p) != uid(&legacy)),
-        "the finished pod is deleted"
-    );
-    sim.settle().await;
-    let proxy = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap()
-        .proxy;
-    assert!(proxy.pod.starts_with(&format!("{NAME}-")), "{proxy:?}");
-    assert_eq!(proxy.port, 30101);
+    both::a_finished_bare_pod_is_deleted(&Cluster::sim().await, phase, 30101).await;
 }
 
-/// 4. A running pre-#3891 pod with its old-selector Service on NodePort N: left alone;
-/// `resolve` falls back to it; once it is gone, the Service is recreated with the current
-/// selector on N.
+/// 4. A running pre-#3891 pod and its Service: left alone, then replaced on the same NodePort
+/// (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_port() {
-    let sim = start().await;
-    namespace(&sim, NS);
-    let legacy = seed_bare_pod(&sim, "Running", false);
-    let old_svc = seed_service(&sim, 30222, false);
-    let config = config("hostname: h");
-
-    let report = ensure(&sim, &config).await.unwrap();
-    assert_eq!(report.applied.len(), 1, "only the ReplicaSet: {report}");
-    assert!(report.findings.contains(&Finding::LegacyServiceKept {
-        service: SVC.into(),
-        node_port: Some(30222)
-    }));
-    sim.settle().await;
-    let pod = sim.get("pods", Some(NS), NAME).expect("left alone");
-    assert_eq!(uid(&pod), uid(&legacy));
-    assert!(
-        pod["metadata"]["ownerReferences"].is_null(),
-        "a pre-#3891 pod is not adopted"
-    );
-    assert_eq!(uid(&service(&sim)), uid(&old_svc));
-    let proxy = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap()
-        .proxy;
-    assert!(
-        proxy.bare,
-        "the Service still routes to the legacy pod: {proxy:?}"
-    );
-    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30222));
-
-    // A second ensure changes nothing while the legacy pod runs.
-    let report = ensure(&sim, &config).await.unwrap();
-    assert!(report.applied.is_empty(), "{report}");
-
-    sim.delete("pods", Some(NS), NAME);
-    let report = ensure(&sim, &config).await.unwrap();
-    let actions: Vec<String> = report
-        .applied
-        .iter()
-        .map(|a| a.action.to_string())
-        .collect();
-    assert_eq!(actions.len(), 2, "{report}");
-    let svc = service(&sim);
-    assert_ne!(uid(&svc), uid(&old_svc), "recreated");
-    assert_eq!(
-        svc["spec"]["selector"],
-        json!({"app.kubernetes.io/instance": NAME})
-    );
-    assert_eq!(node_port(&svc), 30222, "the same NodePort");
-    let proxy = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap()
-        .proxy;
-    assert_eq!(proxy.port, 30222);
-    assert!(!proxy.bare);
+    both::a_pre_3891_pod_is_left_alone_then_its_service_recreated(&Cluster::sim().await).await;
 }
 
-/// 5. A finished pre-#3891 pod: `resolve` fails at once with a clear error.
+/// 5. A finished pre-#3891 pod makes `resolve` fail at once (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
-    let sim = start().await;
-    namespace(&sim, NS);
-    seed_bare_pod(&sim, "Failed", false);
-    seed_service(&sim, 30223, false);
-    let (result, records) = requests_of(&sim, async {
-        resolve::resolve(&kube(&sim).await, &config("hostname: h")).await
-    })
-    .await;
-    let err = result.unwrap_err();
-    let text = err.to_string();
-    assert_eq!(err.exit_code(), 4);
-    assert!(text.contains("has finished (Failed, Evicted)"), "{text}");
-    assert!(
-        text.contains("never replaced") && text.contains("jumppod ensure"),
-        "{text}"
-    );
-    assert_eq!(
-        records.len(),
-        3,
-        "pods, service, then the legacy pod: {records:?}"
-    );
+    both::a_finished_pre_3891_pod_makes_resolve_fail_at_once(&Cluster::sim().await).await;
 }
 
-/// 6. The ReplicaSet's pod evicted, or its node removed: replaced; `resolve` picks the ready
-/// one; the NodePort is unchanged.
-#[rstest]
-#[case::evicted(true)]
-#[case::node_removed(false)]
+/// 6. The ReplicaSet's pod evicted (common/both.rs), or its node removed (the simulator only:
+/// on the shared real control plane a removed node would take other tests' pods): replaced;
+/// `resolve` picks the ready one; the NodePort is unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_replicasets_pod_is_replaced_and_the_node_port_unchanged(#[case] evict: bool) {
+async fn the_replicasets_pod_is_replaced_on_the_same_node_port_after_an_eviction() {
+    both::an_evicted_replicaset_pod_is_replaced_on_the_same_node_port(&Cluster::sim().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicasets_pod_is_replaced_on_the_same_node_port_after_its_node_is_removed() {
     let sim = start().await;
     let config = config("hostname: h");
     ensure(&sim, &config).await.unwrap();
@@ -260,12 +90,8 @@ async fn the_replicasets_pod_is_replaced_and_the_node_port_unchanged(#[case] evi
         .await
         .unwrap()
         .proxy;
-    if evict {
-        sim.evict_pod(NS, &before.pod);
-    } else {
-        let pod = sim.get("pods", Some(NS), &before.pod).unwrap();
-        sim.remove_node(pod["spec"]["nodeName"].as_str().unwrap());
-    }
+    let pod = sim.get("pods", Some(NS), &before.pod).unwrap();
+    sim.remove_node(pod["spec"]["nodeName"].as_str().unwrap());
     sim.settle().await;
     let after = resolve::resolve(&kube(&sim).await, &config)
         .await
@@ -274,39 +100,13 @@ async fn the_replicasets_pod_is_replaced_and_the_node_port_unchanged(#[case] evi
     assert_ne!(after.pod, before.pod, "a replacement");
     assert_eq!(after.port, before.port);
     assert_eq!(active_pods(&sim).len(), 1);
-    // The evicted pod stays Failed (the controller does not delete it); ensure does not
-    // touch pods it did not name.
-    let report = ensure(&sim, &config).await.unwrap();
-    assert!(report.applied.is_empty(), "{report}");
 }
 
-/// 7. An unschedulable jump pod: ensure and resolve warn with the scheduler's reason.
+/// 7. An unschedulable jump pod is reported with the scheduler's message (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_reason() {
-    let sim = start().await;
-    let config = config("hostname: h\ncpu: '64'\nmemory: 1Gi");
-    ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    let report = ensure(&sim, &config).await.unwrap();
-    let Some(Finding::Unschedulable {
-        reason, message, ..
-    }) = report
-        .findings
-        .iter()
-        .find(|f| matches!(f, Finding::Unschedulable { .. }))
-    else {
-        panic!("no unschedulable finding: {report}")
-    };
-    assert_eq!(reason, "Unschedulable");
-    assert!(
-        message.contains("0/3 nodes are available") && message.contains("Insufficient cpu"),
-        "{message}"
-    );
-    let err = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap_err();
-    assert_eq!(err.exit_code(), 4);
-    assert!(err.to_string().contains("Insufficient cpu"), "{err}");
+    both::an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(&Cluster::sim().await)
+        .await;
 }
 
 /// 7b. The ReplicaSet controller cannot create the pod (here an admission webhook refuses

@@ -5,6 +5,7 @@ use super::kube_at;
 use jumppod::schema;
 use jumppod_e2e::audit::Audit;
 use jumppod_host::api::Kube;
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -120,18 +121,122 @@ pub async fn old_service(kube: &Kube, ns: &str, node_port: i32) {
 }
 
 pub async fn old_service_of(kube: &Kube, ns: &str, project: &str, node_port: i32) {
+    service_of(kube, ns, project, node_port, false).await
+}
+
+/// A project's Service on `node_port`, with the current selector or the pre-#3891 one.
+pub async fn service_of(kube: &Kube, ns: &str, project: &str, node_port: i32, current: bool) {
     let name = schema::jump_pod_name(project);
+    let selector = if current {
+        schema::current_selector(&name)
+    } else {
+        schema::legacy_selector(&name)
+    };
     let api: Api<Service> = Api::namespaced(kube.client.clone(), ns);
     api.create(
         &PostParams::default(),
         &typed(json!({
             "metadata": {"name": schema::service_name(&name)},
-            "spec": {"type": "NodePort", "selector": schema::legacy_selector(&name),
+            "spec": {"type": "NodePort", "selector": selector,
                      "ports": [{"port": 22, "targetPort": 22, "nodePort": node_port}]}
         })),
     )
     .await
-    .expect("create the old Service");
+    .expect("create the Service");
+}
+
+/// A pod's phase as the kubelet reports a container that ran to its end (Succeeded).
+pub async fn set_phase(kube: &Kube, ns: &str, name: &str, phase: &str) {
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "phase": phase, "conditions": [{"type": "Ready", "status": "False"}]
+        }})),
+    )
+    .await
+    .expect("set the pod's phase");
+}
+
+/// An object of the namespace as JSON (pods, services, replicasets), None when absent.
+pub async fn get(kube: &Kube, ns: &str, resource: &str, name: &str) -> Option<Value> {
+    async fn one<K>(api: Api<K>, name: &str) -> Option<Value>
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj = api.get_opt(name).await.expect("read the object")?;
+        Some(serde_json::to_value(obj).unwrap())
+    }
+    let c = kube.client.clone();
+    match resource {
+        "pods" => one(Api::<Pod>::namespaced(c, ns), name).await,
+        "services" => one(Api::<Service>::namespaced(c, ns), name).await,
+        "replicasets" => one(Api::<ReplicaSet>::namespaced(c, ns), name).await,
+        other => panic!("no {other} here"),
+    }
+}
+
+/// Every pod of the namespace as JSON.
+pub async fn pods(kube: &Kube, ns: &str) -> Vec<Value> {
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let list = api.list(&Default::default()).await.expect("list the pods");
+    list.items
+        .into_iter()
+        .map(|p| serde_json::to_value(p).unwrap())
+        .collect()
+}
+
+/// The real controllers and the fake kubelet have done what they will do: every ReplicaSet
+/// has caught up with its spec, every active pod is Ready or refused by the scheduler, and two
+/// looks 300 ms apart agree.
+pub async fn settled(kube: &Kube, ns: &str) {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
+    let look = || async {
+        let pods = pods.list(&Default::default()).await.ok()?.items;
+        let sets = sets.list(&Default::default()).await.ok()?.items;
+        let mut seen = Vec::new();
+        for rs in &sets {
+            let status = rs.status.clone().unwrap_or_default();
+            let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            if status.observed_generation != rs.metadata.generation || status.replicas != wanted {
+                return None;
+            }
+            seen.push(format!("{:?} {:?}", rs.metadata.name, status));
+        }
+        for pod in &pods {
+            let active = jumppod_host::objects::is_active(pod);
+            let placed_or_refused = jumppod_host::objects::is_ready(pod)
+                || jumppod_host::objects::unschedulable(pod).is_some();
+            if active && !placed_or_refused {
+                return None;
+            }
+            seen.push(format!(
+                "{:?} {:?} {:?}",
+                pod.metadata.name, pod.metadata.resource_version, pod.metadata.deletion_timestamp
+            ));
+        }
+        Some(seen)
+    };
+    let start = Instant::now();
+    loop {
+        if let Some(first) = look().await {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if look().await == Some(first) {
+                return;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "namespace {ns} did not settle in 90 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The control plane's audit log, which counts API requests here.

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod both;
 #[cfg(feature = "real-cluster")]
 pub mod cluster;
 

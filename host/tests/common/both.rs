@@ -1,0 +1,405 @@
+//! The scenarios that run on both backends from one body (issue 8 §2): the simulator
+//! (`scenarios.rs`) and the real control plane (`real_cluster.rs`, feature `real-cluster`).
+//! [`Cluster`] is what a scenario may do to either: seed what older releases left, wait for
+//! the controllers and the kubelet to settle, read objects, count requests (the simulator's
+//! request log; the API server's audit log). Where the two disagree, Kubernetes is right.
+
+use super::*;
+use jumppod_host::action::Finding;
+use jumppod_host::resolve;
+
+/// A backend, and the namespace a scenario works in.
+pub enum Cluster {
+    /// Controllers and the kubelet act only in `settle()`.
+    Sim(Sim),
+    /// Shared by every real-cluster test: each works in a namespace of its own.
+    #[cfg(feature = "real-cluster")]
+    Real { kube: Kube, ns: String },
+}
+
+impl Cluster {
+    pub async fn sim() -> Cluster {
+        Cluster::Sim(start().await)
+    }
+
+    #[cfg(feature = "real-cluster")]
+    pub async fn real(ns: &str) -> Cluster {
+        Cluster::Real {
+            kube: cluster::admin().await,
+            ns: ns.to_owned(),
+        }
+    }
+
+    pub fn ns(&self) -> &str {
+        match self {
+            Cluster::Sim(_) => NS,
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { ns, .. } => ns,
+        }
+    }
+
+    pub fn is_sim(&self) -> bool {
+        matches!(self, Cluster::Sim(_))
+    }
+
+    pub async fn kube(&self) -> Kube {
+        match self {
+            Cluster::Sim(sim) => kube(sim).await,
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, .. } => kube.clone(),
+        }
+    }
+
+    pub fn config(&self, extra: &str) -> Config {
+        config_for(self.ns(), "main", extra)
+    }
+
+    pub async fn ensure(&self, config: &Config) -> Result<EnsureReport, HostError> {
+        jumppod_host::ensure(&self.kube().await, config, &gate()).await
+    }
+
+    pub async fn resolve(&self, config: &Config) -> Result<resolve::ResolveReport, HostError> {
+        resolve::resolve(&self.kube().await, config).await
+    }
+
+    pub async fn namespace(&self) {
+        match self {
+            Cluster::Sim(sim) => namespace(sim, NS),
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, ns } => cluster::namespace(kube, ns).await,
+        }
+    }
+
+    /// The bare pod an older release left, in `phase` (Running, Failed as evicted, Succeeded).
+    pub async fn seed_bare_pod(&self, phase: &str, current: bool) -> Value {
+        match self {
+            Cluster::Sim(sim) => seed_bare_pod(sim, phase, current),
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, ns } => {
+                // Run by the fake kubelet first, then finished the way the kubelet finishes it.
+                cluster::bare_pod(kube, ns, current).await;
+                match phase {
+                    "Running" => {}
+                    "Failed" => cluster::evict(kube, ns, NAME).await,
+                    other => cluster::set_phase(kube, ns, NAME, other).await,
+                }
+                self.get("pods", NAME).await.expect("the bare pod")
+            }
+        }
+    }
+
+    /// The Service an older release created on `port`; `current`: with the current selector.
+    pub async fn seed_service(&self, port: i32, current: bool) -> Value {
+        match self {
+            Cluster::Sim(sim) => seed_service(sim, port, current),
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, ns } => {
+                cluster::service_of(kube, ns, "main", port, current).await;
+                self.get("services", SVC).await.expect("the Service")
+            }
+        }
+    }
+
+    /// Until the controllers and the kubelet have done what they will do.
+    pub async fn settle(&self) {
+        match self {
+            Cluster::Sim(sim) => sim.settle().await,
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, ns } => cluster::settled(kube, ns).await,
+        }
+    }
+
+    pub async fn get(&self, resource: &str, name: &str) -> Option<Value> {
+        match self {
+            Cluster::Sim(sim) => sim.get(resource, Some(NS), name),
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, ns } => cluster::get(kube, ns, resource, name).await,
+        }
+    }
+
+    pub async fn service(&self) -> Value {
+        self.get("services", SVC).await.expect("the Service exists")
+    }
+
+    /// Pods of the namespace that are not finished and not being deleted.
+    pub async fn active_pods(&self) -> Vec<Value> {
+        let pods = match self {
+            Cluster::Sim(sim) => sim.list("pods", Some(NS)),
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, ns } => cluster::pods(kube, ns).await,
+        };
+        pods.into_iter()
+            .filter(|p| {
+                !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded"))
+                    && p["metadata"]["deletionTimestamp"].is_null()
+            })
+            .collect()
+    }
+
+    /// What the kubelet writes when it evicts a pod.
+    pub async fn evict(&self, name: &str) {
+        match self {
+            Cluster::Sim(sim) => sim.evict_pod(NS, name),
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, ns } => cluster::evict(kube, ns, name).await,
+        }
+    }
+
+    /// `verb path` of the requests `f` makes in the namespace.
+    pub async fn requests_of<T>(
+        &self,
+        f: impl std::future::Future<Output = T>,
+    ) -> (T, Vec<String>) {
+        match self {
+            Cluster::Sim(sim) => {
+                let (out, records) = requests_of(sim, f).await;
+                let lines = records
+                    .iter()
+                    .map(|r| format!("{} {}", r.method, r.path))
+                    .collect();
+                (out, lines)
+            }
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { ns, .. } => {
+                let audit = cluster::audit();
+                let from = audit.mark();
+                let out = f.await;
+                (out, audit.since(from, ns).await)
+            }
+        }
+    }
+}
+
+/// 1. An empty namespace: namespace, ReplicaSet and Service are created; `resolve` gives
+/// host:port once the pod is Ready; then ensure and resolve cost 2 requests each.
+pub async fn an_empty_namespace_gets_a_replicaset_and_a_service(cluster: &Cluster) {
+    let config = cluster.config("hostname: jump.example.com");
+    let report = cluster.ensure(&config).await.unwrap();
+    assert_eq!(report.applied.len(), 3, "{report}");
+    assert!(report.policy_checked);
+    let rs = cluster.get("replicasets", NAME).await.expect("replicaset");
+    assert_eq!(
+        rs["spec"]["selector"]["matchLabels"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
+    let svc = cluster.service().await;
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
+    assert_eq!(svc["spec"]["type"], "NodePort");
+
+    // Before the kubelet has run the pod: not ready, a clear error. Only the simulator can
+    // hold its kubelet back; a real one may have run the pod already.
+    if cluster.is_sim() {
+        let err = cluster.resolve(&config).await.unwrap_err();
+        assert!(matches!(err, HostError::NotReady(_)), "{err}");
+    }
+
+    cluster.settle().await;
+    let pods = cluster.active_pods().await;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0]["status"]["qosClass"], "Guaranteed");
+    let (proxy, requests) = cluster
+        .requests_of(async { cluster.resolve(&config).await.unwrap() })
+        .await;
+    assert_eq!(proxy.proxy.hostname, "jump.example.com");
+    assert_eq!(i64::from(proxy.proxy.port), node_port(&svc));
+    assert_eq!(proxy.proxy.username, "root");
+    assert!(!proxy.proxy.bare);
+    assert_eq!(requests.len(), 2, "resolve: {requests:#?}");
+
+    let (report, requests) = cluster.requests_of(cluster.ensure(&config)).await;
+    let report = report.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+    assert!(!report.policy_checked, "nothing to write, nothing to check");
+    assert_eq!(requests.len(), 2, "steady-state ensure: {requests:#?}");
+}
+
+/// 2. A running bare pod with the current labels (a release after #3891): the ReplicaSet
+/// adopts it, no second pod is started, the Service is kept.
+pub async fn a_running_bare_pod_with_current_labels_is_adopted(cluster: &Cluster) {
+    cluster.namespace().await;
+    let bare = cluster.seed_bare_pod("Running", true).await;
+    let svc = cluster.seed_service(30100, true).await;
+    let config = cluster.config("hostname: h");
+    let report = cluster.ensure(&config).await.unwrap();
+    assert!(
+        report.findings.contains(&Finding::BarePodAdoptable {
+            pod: NAME.into(),
+            adopted: false
+        }),
+        "{report}"
+    );
+    cluster.settle().await;
+    let pods = cluster.active_pods().await;
+    assert_eq!(pods.len(), 1, "no second pod: {pods:#?}");
+    assert_eq!(pods[0]["metadata"]["name"], NAME);
+    assert_eq!(uid(&pods[0]), uid(&bare), "the same pod, adopted");
+    let owner = &pods[0]["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "ReplicaSet");
+    assert_eq!(owner["controller"], true);
+    assert_eq!(
+        uid(&cluster.service().await),
+        uid(&svc),
+        "the Service is kept"
+    );
+    let proxy = cluster.resolve(&config).await.unwrap().proxy;
+    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30100));
+}
+
+/// 3. A finished bare pod (Evicted, or Succeeded): deleted; the ReplicaSet's pod takes over.
+pub async fn a_finished_bare_pod_is_deleted(cluster: &Cluster, phase: &str, port: i32) {
+    cluster.namespace().await;
+    let legacy = cluster.seed_bare_pod(phase, true).await;
+    cluster.seed_service(port, true).await;
+    let config = cluster.config("hostname: h");
+    let report = cluster.ensure(&config).await.unwrap();
+    assert!(
+        report.applied.iter().any(|a| a
+            .action
+            .to_string()
+            .starts_with(&format!("delete pod {NAME}"))),
+        "{report}"
+    );
+    cluster.settle().await;
+    let gone = cluster.get("pods", NAME).await;
+    assert!(
+        gone.is_none_or(|p| uid(&p) != uid(&legacy)),
+        "the finished pod is deleted"
+    );
+    let proxy = cluster.resolve(&config).await.unwrap().proxy;
+    assert!(proxy.pod.starts_with(&format!("{NAME}-")), "{proxy:?}");
+    assert_eq!(proxy.port, port);
+}
+
+/// 4. A running pre-#3891 pod with its old-selector Service on NodePort N: left alone, not
+/// adopted; `resolve` falls back to it; once it is evicted, `ensure` deletes it and recreates
+/// the Service with the current selector on N.
+pub async fn a_pre_3891_pod_is_left_alone_then_its_service_recreated(cluster: &Cluster) {
+    cluster.namespace().await;
+    let legacy = cluster.seed_bare_pod("Running", false).await;
+    let old_svc = cluster.seed_service(30222, false).await;
+    let config = cluster.config("hostname: h");
+
+    let report = cluster.ensure(&config).await.unwrap();
+    assert_eq!(report.applied.len(), 1, "only the ReplicaSet: {report}");
+    assert!(report.findings.contains(&Finding::LegacyServiceKept {
+        service: SVC.into(),
+        node_port: Some(30222)
+    }));
+    cluster.settle().await;
+    let pod = cluster.get("pods", NAME).await.expect("left alone");
+    assert_eq!(uid(&pod), uid(&legacy));
+    assert!(
+        pod["metadata"]["ownerReferences"].is_null(),
+        "a pre-#3891 pod is not adopted"
+    );
+    assert_eq!(uid(&cluster.service().await), uid(&old_svc));
+    let proxy = cluster.resolve(&config).await.unwrap().proxy;
+    assert!(
+        proxy.bare,
+        "the Service still routes to the legacy pod: {proxy:?}"
+    );
+    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30222));
+
+    // A second ensure changes nothing while the legacy pod runs.
+    let report = cluster.ensure(&config).await.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+
+    cluster.evict(NAME).await;
+    let report = cluster.ensure(&config).await.unwrap();
+    let actions: Vec<String> = report
+        .applied
+        .iter()
+        .map(|a| a.action.to_string())
+        .collect();
+    assert_eq!(actions.len(), 3, "{report}");
+    assert!(
+        actions[0].starts_with(&format!("delete pod {NAME}")),
+        "{report}"
+    );
+    assert!(
+        actions[1].starts_with(&format!("delete service {SVC}")),
+        "{report}"
+    );
+    assert!(
+        actions[2].contains("on NodePort 30222 (kept: running jobs use it)"),
+        "{report}"
+    );
+    let svc = cluster.service().await;
+    assert_ne!(uid(&svc), uid(&old_svc), "recreated");
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
+    assert_eq!(node_port(&svc), 30222, "the same NodePort");
+    let proxy = cluster.resolve(&config).await.unwrap().proxy;
+    assert_eq!(proxy.port, 30222);
+    assert!(!proxy.bare);
+}
+
+/// 5. A finished pre-#3891 pod: `resolve` fails at once with a clear error, in 3 requests.
+pub async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once(cluster: &Cluster) {
+    cluster.namespace().await;
+    cluster.seed_bare_pod("Failed", false).await;
+    cluster.seed_service(30223, false).await;
+    let config = cluster.config("hostname: h");
+    let (result, requests) = cluster.requests_of(cluster.resolve(&config)).await;
+    let err = result.unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.exit_code(), 4);
+    assert!(text.contains("has finished (Failed, Evicted)"), "{text}");
+    assert!(
+        text.contains("never replaced") && text.contains("jumppod ensure"),
+        "{text}"
+    );
+    assert_eq!(
+        requests.len(),
+        3,
+        "pods, service, then the legacy pod: {requests:#?}"
+    );
+}
+
+/// 6. The ReplicaSet's pod evicted: replaced; `resolve` picks the ready one; the NodePort is
+/// unchanged; the evicted pod stays Failed and `ensure` leaves it (it did not name it).
+pub async fn an_evicted_replicaset_pod_is_replaced_on_the_same_node_port(cluster: &Cluster) {
+    let config = cluster.config("hostname: h");
+    cluster.ensure(&config).await.unwrap();
+    cluster.settle().await;
+    let before = cluster.resolve(&config).await.unwrap().proxy;
+    cluster.evict(&before.pod).await;
+    cluster.settle().await;
+    let after = cluster.resolve(&config).await.unwrap().proxy;
+    assert_ne!(after.pod, before.pod, "a replacement");
+    assert_eq!(after.port, before.port);
+    assert_eq!(cluster.active_pods().await.len(), 1);
+    let report = cluster.ensure(&config).await.unwrap();
+    assert!(report.applied.is_empty(), "{report}");
+}
+
+/// 7. A jump pod no node can hold: ensure and resolve say so with the scheduler's message.
+pub async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(cluster: &Cluster) {
+    // Three nodes of 4 cpus on both backends.
+    let config = cluster.config("hostname: h\ncpu: '64'\nmemory: 1Gi");
+    cluster.ensure(&config).await.unwrap();
+    cluster.settle().await;
+    let report = cluster.ensure(&config).await.unwrap();
+    let Some(Finding::Unschedulable {
+        reason, message, ..
+    }) = report
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::Unschedulable { .. }))
+    else {
+        panic!("no unschedulable finding: {report}")
+    };
+    assert_eq!(reason, "Unschedulable");
+    assert!(
+        message.contains("0/3 nodes are available") && message.contains("Insufficient cpu"),
+        "{message}"
+    );
+    let err = cluster.resolve(&config).await.unwrap_err();
+    assert_eq!(err.exit_code(), 4);
+    assert!(err.to_string().contains("Insufficient cpu"), "{err}");
+}
