@@ -84,13 +84,23 @@ pub async fn apply(
                         source,
                         ..
                     }) if message.contains("already allocated") => {
-                        return Err(HostError::NodePortTaken {
-                            service: name_of(&service.metadata).to_owned(),
-                            port: keeps_port.or_else(|| node_port(service)).unwrap_or(0),
-                            kept: keeps_port.is_some(),
-                            message,
-                            source,
-                        });
+                        // The registry allocates the NodePort before it finds the name taken,
+                        // so another host's create of this very Service (the same selector, on
+                        // this port) answers 422, not 409 AlreadyExists: one read tells which.
+                        let name = name_of(&service.metadata);
+                        let get = Op::new("get", "services", Some(namespace), Some(name));
+                        let twin = crate::observe::get_opt(kube, &api, get).await?;
+                        if twin.is_some_and(|t| same_service(&t, service)) {
+                            Outcome::AlreadyExisted
+                        } else {
+                            return Err(HostError::NodePortTaken {
+                                service: name.to_owned(),
+                                port: keeps_port.or_else(|| node_port(service)).unwrap_or(0),
+                                kept: keeps_port.is_some(),
+                                message,
+                                source,
+                            });
+                        }
                     }
                     other => other?,
                 }
@@ -123,6 +133,12 @@ pub async fn apply(
         });
     }
     Ok(done)
+}
+
+/// The Service `wanted` describes, as another host created it: same selector, same NodePort.
+fn same_service(found: &Service, wanted: &Service) -> bool {
+    let selector = |s: &Service| s.spec.as_ref().and_then(|s| s.selector.clone());
+    selector(found) == selector(wanted) && node_port(found) == node_port(wanted)
 }
 
 async fn create<K>(kube: &Kube, api: &Api<K>, obj: &K, op: Op<'_>) -> Result<Outcome, HostError>

@@ -97,6 +97,30 @@ async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
     .await;
 }
 
+/// Scenario 8a (common/both.rs): 50 concurrent ensures against the real API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {
+    both::fifty_concurrent_ensures_make_one_of_each(&Cluster::real("rc-fifty").await).await;
+}
+
+/// The registry's order, which 8b found: a Service's port before its name (common/both.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_created_again_is_refused_for_its_port_before_its_name() {
+    both::a_service_created_again_is_refused_for_its_port_before_its_name(
+        &Cluster::real("rc-port-first").await,
+    )
+    .await;
+}
+
+/// Scenario 8b (common/both.rs): two hosts racing through the upgrade on real objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port() {
+    both::two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port(
+        &Cluster::real("rc-two-hosts").await,
+    )
+    .await;
+}
+
 /// Scenario 6 (common/both.rs): the real ReplicaSet controller replaces an evicted pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicted_replicaset_pod_is_replaced_on_the_same_node_port() {

@@ -245,53 +245,26 @@ async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service() {
     assert!(pod["metadata"]["deletionTimestamp"].is_string());
 }
 
-/// 8a. 50 concurrent `ensure` calls: one ReplicaSet, one Service, no error.
+/// 8a. 50 concurrent `ensure` calls make one of each (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {
-    let sim = start().await;
-    let config = config("");
-    let gate = gate();
-    let kube = kube(&sim).await;
-    let calls = (0..50).map(|_| jumppod_host::ensure(&kube, &config, &gate));
-    let results = futures_join_all(calls).await;
-    for r in &results {
-        assert!(r.is_ok(), "{:?}", r.as_ref().err().map(ToString::to_string));
-    }
-    assert_eq!(replicasets(&sim).len(), 1);
-    assert_eq!(sim.list("services", Some(NS)).len(), 1);
-    sim.settle().await;
-    assert_eq!(active_pods(&sim).len(), 1);
-    let created = sim.count(|r| r.method == "POST" && r.status == 201);
-    assert_eq!(
-        created, 3,
-        "namespace, replicaset, service created once each"
-    );
+    both::fifty_concurrent_ensures_make_one_of_each(&Cluster::sim().await).await;
 }
 
-/// 8b. Two hosts racing through the upgrade path: one Service on the old NodePort, no error.
+/// The registry's order: a Service's port before its name (common/both.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_created_again_is_refused_for_its_port_before_its_name() {
+    both::a_service_created_again_is_refused_for_its_port_before_its_name(&Cluster::sim().await)
+        .await;
+}
+
+/// 8b. Two hosts racing through the upgrade path (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port() {
-    let sim = start().await;
-    namespace(&sim, NS);
-    seed_bare_pod(&sim, "Failed", false);
-    seed_service(&sim, 30224, false);
-    let config = config("");
-    let (a, b) = (kube(&sim).await, kube(&sim).await);
-    let (gate_a, gate_b) = (gate(), gate());
-    let (ra, rb) = tokio::join!(
-        jumppod_host::ensure(&a, &config, &gate_a),
-        jumppod_host::ensure(&b, &config, &gate_b)
-    );
-    ra.unwrap();
-    rb.unwrap();
-    let services = sim.list("services", Some(NS));
-    assert_eq!(services.len(), 1);
-    assert_eq!(node_port(&services[0]), 30224);
-    assert_eq!(
-        services[0]["spec"]["selector"],
-        json!({"app.kubernetes.io/instance": NAME})
-    );
-    assert_eq!(replicasets(&sim).len(), 1);
+    both::two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port(
+        &Cluster::sim().await,
+    )
+    .await;
 }
 
 /// 9. An older dstack server still running jobs after the upgrade, as it really behaves: its
@@ -774,36 +747,6 @@ async fn without_any_external_ip_resolve_asks_for_a_hostname() {
         .unwrap_err();
     assert_eq!(err.exit_code(), 2);
     assert!(err.to_string().contains("`hostname`"), "{err}");
-}
-
-async fn futures_join_all<F: std::future::Future>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<F::Output> {
-    let mut set = Vec::new();
-    for f in futures {
-        set.push(f);
-    }
-    // Poll them all concurrently on this task.
-    let mut pinned: Vec<_> = set.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if out[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => out[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.unwrap()).collect()
 }
 
 /// 4b. The old NodePort taken by another Service between the delete and the create of the

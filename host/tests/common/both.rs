@@ -121,14 +121,19 @@ impl Cluster {
         self.get("services", SVC).await.expect("the Service exists")
     }
 
+    pub async fn list(&self, resource: &str) -> Vec<Value> {
+        match self {
+            Cluster::Sim(sim) => sim.list(resource, Some(NS)),
+            #[cfg(feature = "real-cluster")]
+            Cluster::Real { kube, ns } => cluster::list(kube, ns, resource).await,
+        }
+    }
+
     /// Pods of the namespace that are not finished and not being deleted.
     pub async fn active_pods(&self) -> Vec<Value> {
-        let pods = match self {
-            Cluster::Sim(sim) => sim.list("pods", Some(NS)),
-            #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, ns } => cluster::pods(kube, ns).await,
-        };
-        pods.into_iter()
+        self.list("pods")
+            .await
+            .into_iter()
             .filter(|p| {
                 !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded"))
                     && p["metadata"]["deletionTimestamp"].is_null()
@@ -402,4 +407,117 @@ pub async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(c
     let err = cluster.resolve(&config).await.unwrap_err();
     assert_eq!(err.exit_code(), 4);
     assert!(err.to_string().contains("Insufficient cpu"), "{err}");
+}
+
+/// 8a. 50 concurrent `ensure` calls: one ReplicaSet, one Service, one pod, no error.
+pub async fn fifty_concurrent_ensures_make_one_of_each(cluster: &Cluster) {
+    let config = cluster.config("");
+    let gate = gate();
+    let kube = cluster.kube().await;
+    let calls = (0..50).map(|_| jumppod_host::ensure(&kube, &config, &gate));
+    let (results, requests) = cluster.requests_of(futures::future::join_all(calls)).await;
+    for r in &results {
+        assert!(r.is_ok(), "{:?}", r.as_ref().err().map(ToString::to_string));
+    }
+    assert_eq!(cluster.list("replicasets").await.len(), 1);
+    assert_eq!(cluster.list("services").await.len(), 1);
+    cluster.settle().await;
+    assert_eq!(cluster.active_pods().await.len(), 1);
+    if let Cluster::Sim(sim) = cluster {
+        let created = sim.count(|r| r.method == "POST" && r.status == 201);
+        assert_eq!(
+            created, 3,
+            "namespace, replicaset, service created once each"
+        );
+    }
+    assert!(
+        requests.len() >= 100,
+        "at least 2 reads per call: {}",
+        requests.len()
+    );
+}
+
+/// 8b. Two hosts racing through the upgrade path: one Service on the old NodePort, no error.
+pub async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port(
+    cluster: &Cluster,
+) {
+    cluster.namespace().await;
+    cluster.seed_bare_pod("Failed", false).await;
+    cluster.seed_service(30224, false).await;
+    let config = cluster.config("");
+    let (a, b) = (cluster.kube().await, cluster.kube().await);
+    let (gate_a, gate_b) = (gate(), gate());
+    let (ra, rb) = tokio::join!(
+        jumppod_host::ensure(&a, &config, &gate_a),
+        jumppod_host::ensure(&b, &config, &gate_b)
+    );
+    ra.unwrap();
+    rb.unwrap();
+    let services = cluster.list("services").await;
+    assert_eq!(services.len(), 1);
+    assert_eq!(node_port(&services[0]), 30224);
+    assert_eq!(
+        services[0]["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME})
+    );
+    assert_eq!(cluster.list("replicasets").await.len(), 1);
+}
+
+/// The service registry allocates NodePorts before storage finds a name taken (found on the
+/// real control plane by 8b, then taught to the simulator): a Service created again on the
+/// NodePort its namesake holds is refused for the port (422), on a free port for the name
+/// (409, the port released again). `apply` takes the 422 of its twin for "already existed".
+pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(cluster: &Cluster) {
+    use jumppod_host::action::Action;
+    use jumppod_host::apply::{Outcome, apply};
+    use jumppod_host::manifest;
+    use k8s_openapi::api::core::v1::Service;
+    use kube::Api;
+    use kube::api::PostParams;
+
+    cluster.namespace().await;
+    cluster.seed_service(30225, true).await;
+    let config = cluster.config("");
+    let kube = cluster.kube().await;
+    let api: Api<Service> = Api::namespaced(kube.client.clone(), cluster.ns());
+    let again = manifest::service(&config, Some(30225));
+    let status = |e: kube::Error| match e {
+        kube::Error::Api(s) => (s.code, s.reason, s.message),
+        other => panic!("not an API error: {other}"),
+    };
+    let (code, reason, message) = status(
+        api.create(&PostParams::default(), &again)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"), "{message}");
+    assert!(
+        message.contains("provided port is already allocated"),
+        "{message}"
+    );
+
+    let elsewhere = manifest::service(&config, Some(30226));
+    let (code, reason, message) = status(
+        api.create(&PostParams::default(), &elsewhere)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (409, "AlreadyExists"), "{message}");
+    let mut other = manifest::service(&config, Some(30226));
+    other.metadata.name = Some("another-service".into());
+    api.create(&PostParams::default(), &other)
+        .await
+        .expect("the port of the refused create is free again");
+
+    let applied = apply(
+        &kube,
+        cluster.ns(),
+        &[Action::CreateService {
+            service: Box::new(again),
+            keeps_port: Some(30225),
+        }],
+    )
+    .await
+    .unwrap();
+    assert_eq!(applied[0].outcome, Outcome::AlreadyExisted);
 }

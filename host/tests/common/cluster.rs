@@ -181,14 +181,29 @@ pub async fn get(kube: &Kube, ns: &str, resource: &str, name: &str) -> Option<Va
     }
 }
 
-/// Every pod of the namespace as JSON.
-pub async fn pods(kube: &Kube, ns: &str) -> Vec<Value> {
-    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let list = api.list(&Default::default()).await.expect("list the pods");
-    list.items
-        .into_iter()
-        .map(|p| serde_json::to_value(p).unwrap())
-        .collect()
+/// Every object of a kind in the namespace as JSON (pods, services, replicasets).
+pub async fn list(kube: &Kube, ns: &str, resource: &str) -> Vec<Value> {
+    async fn all<K>(api: Api<K>) -> Vec<Value>
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let list = api.list(&Default::default()).await.expect("list");
+        list.items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .collect()
+    }
+    let c = kube.client.clone();
+    match resource {
+        "pods" => all(Api::<Pod>::namespaced(c, ns)).await,
+        "services" => all(Api::<Service>::namespaced(c, ns)).await,
+        "replicasets" => all(Api::<ReplicaSet>::namespaced(c, ns)).await,
+        other => panic!("no {other} here"),
+    }
 }
 
 /// The real controllers and the fake kubelet have done what they will do: every ReplicaSet

@@ -1,6 +1,7 @@
 //! POST: the full create path (defaulting, admission, generated names, validation,
 //! allocation, initial status).
 use super::State;
+use super::services::node_ports;
 use crate::admission;
 use crate::errors::{ApiError, FieldError};
 use crate::meta::{meta_mut, meta_str, now_rfc3339};
@@ -104,17 +105,29 @@ impl State {
             return Err(ApiError::invalid(res, &name, &errs));
         }
         let key_ns = Self::key_ns(res, ns);
-        if self.get(res.resource, Some(key_ns), &name).is_some() {
-            return Err(ApiError::already_exists(res, &name));
-        }
-        if ctx.dry_run {
-            return Ok(obj);
-        }
-        if res.resource == "services" {
+        let exists = self.get(res.resource, Some(key_ns), &name).is_some();
+        // The service registry allocates NodePorts in its BeginCreate hook, before storage
+        // finds the name taken (k8s.io/kubernetes pkg/registry/core/service/storage): a
+        // Service created again on the NodePort the existing one holds is refused with 422
+        // "provided port is already allocated", not 409 AlreadyExists. The real control plane
+        // showed it (two hosts racing through the upgrade).
+        if res.resource == "services" && !ctx.dry_run {
             let errs = self.allocate_service(&mut obj, None);
             if !errs.is_empty() {
                 return Err(ApiError::invalid(res, &name, &errs));
             }
+            if exists {
+                for p in node_ports(&obj) {
+                    self.node_ports.remove(&p);
+                }
+                return Err(ApiError::already_exists(res, &name));
+            }
+        }
+        if exists {
+            return Err(ApiError::already_exists(res, &name));
+        }
+        if ctx.dry_run {
+            return Ok(obj);
         }
         let meta = meta_mut(&mut obj);
         meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
