@@ -175,7 +175,7 @@ impl Cluster {
     }
 }
 
-/// 1. An empty namespace: namespace, ReplicaSet and Service are created; `resolve` gives
+/// Scenario 1: an empty namespace: namespace, ReplicaSet and Service are created; `resolve` gives
 /// host:port once the pod is Ready; then ensure and resolve cost 2 requests each.
 pub async fn an_empty_namespace_gets_a_replicaset_and_a_service(cluster: &Cluster) {
     let config = cluster.config("hostname: jump.example.com");
@@ -221,7 +221,7 @@ pub async fn an_empty_namespace_gets_a_replicaset_and_a_service(cluster: &Cluste
     assert_eq!(requests.len(), 2, "steady-state ensure: {requests:#?}");
 }
 
-/// 2. A running bare pod with the current labels (a release after #3891): the ReplicaSet
+/// Scenario 2: a running bare pod with the current labels (a release after #3891): the ReplicaSet
 /// adopts it, no second pod is started, the Service is kept.
 pub async fn a_running_bare_pod_with_current_labels_is_adopted(cluster: &Cluster) {
     cluster.namespace().await;
@@ -253,7 +253,7 @@ pub async fn a_running_bare_pod_with_current_labels_is_adopted(cluster: &Cluster
     assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30100));
 }
 
-/// 3. A finished bare pod (Evicted, or Succeeded): deleted; the ReplicaSet's pod takes over.
+/// Scenario 3: a finished bare pod (Evicted, or Succeeded): deleted; the ReplicaSet's pod takes over.
 pub async fn a_finished_bare_pod_is_deleted(cluster: &Cluster, phase: &str, port: i32) {
     cluster.namespace().await;
     let legacy = cluster.seed_bare_pod(phase, true).await;
@@ -278,7 +278,7 @@ pub async fn a_finished_bare_pod_is_deleted(cluster: &Cluster, phase: &str, port
     assert_eq!(proxy.port, port);
 }
 
-/// 4. A running pre-#3891 pod with its old-selector Service on NodePort N: left alone, not
+/// Scenario 4: a running pre-#3891 pod with its old-selector Service on NodePort N: left alone, not
 /// adopted; `resolve` falls back to it; once it is evicted, `ensure` deletes it and recreates
 /// the Service with the current selector on N.
 pub async fn a_pre_3891_pod_is_left_alone_then_its_service_recreated(cluster: &Cluster) {
@@ -344,7 +344,7 @@ pub async fn a_pre_3891_pod_is_left_alone_then_its_service_recreated(cluster: &C
     assert!(!proxy.bare);
 }
 
-/// 5. A finished pre-#3891 pod: `resolve` fails at once with a clear error, in 3 requests.
+/// Scenario 5: a finished pre-#3891 pod: `resolve` fails at once with a clear error, in 3 requests.
 pub async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once(cluster: &Cluster) {
     cluster.namespace().await;
     cluster.seed_bare_pod("Failed", false).await;
@@ -366,7 +366,7 @@ pub async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once(cluster: &Cluste
     );
 }
 
-/// 6. The ReplicaSet's pod evicted: replaced; `resolve` picks the ready one; the NodePort is
+/// Scenario 6: the ReplicaSet's pod evicted: replaced; `resolve` picks the ready one; the NodePort is
 /// unchanged; the evicted pod stays Failed and `ensure` leaves it (it did not name it).
 pub async fn an_evicted_replicaset_pod_is_replaced_on_the_same_node_port(cluster: &Cluster) {
     let config = cluster.config("hostname: h");
@@ -383,7 +383,7 @@ pub async fn an_evicted_replicaset_pod_is_replaced_on_the_same_node_port(cluster
     assert!(report.applied.is_empty(), "{report}");
 }
 
-/// 7. A jump pod no node can hold: ensure and resolve say so with the scheduler's message.
+/// Scenario 7: a jump pod no node can hold: ensure and resolve say so with the scheduler's message.
 pub async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(cluster: &Cluster) {
     // Three nodes of 4 cpus on both backends.
     let config = cluster.config("hostname: h\ncpu: '64'\nmemory: 1Gi");
@@ -409,7 +409,7 @@ pub async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(c
     assert!(err.to_string().contains("Insufficient cpu"), "{err}");
 }
 
-/// 8a. 50 concurrent `ensure` calls: one ReplicaSet, one Service, one pod, no error.
+/// Scenario 8a: 50 concurrent `ensure` calls: one ReplicaSet, one Service, one pod, no error.
 pub async fn fifty_concurrent_ensures_make_one_of_each(cluster: &Cluster) {
     let config = cluster.config("");
     let gate = gate();
@@ -437,7 +437,7 @@ pub async fn fifty_concurrent_ensures_make_one_of_each(cluster: &Cluster) {
     );
 }
 
-/// 8b. Two hosts racing through the upgrade path: one Service on the old NodePort, no error.
+/// Scenario 8b: two hosts racing through the upgrade path: one Service on the old NodePort, no error.
 pub async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port(
     cluster: &Cluster,
 ) {
