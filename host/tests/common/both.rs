@@ -8,8 +8,14 @@ use super::*;
 use jumppod_host::action::Finding;
 use jumppod_host::resolve;
 
-/// A backend, and the namespace a scenario works in.
-pub enum Cluster {
+/// A backend and the namespace a scenario works in; when dropped, it prints how long the
+/// scenario took (`--nocapture` shows it; the test harness names the thread after the test).
+pub struct Cluster {
+    backend: Backend,
+    started: std::time::Instant,
+}
+
+enum Backend {
     /// Controllers and the kubelet act only in `settle()`.
     Sim(Sim),
     /// Shared by every real-cluster test: each works in a namespace of its own.
@@ -17,36 +23,57 @@ pub enum Cluster {
     Real { kube: Kube, ns: String },
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let backend = if self.is_sim() {
+            "simulator"
+        } else {
+            "real control plane"
+        };
+        println!(
+            "timing: {} on the {backend}: {:.2?}",
+            std::thread::current().name().unwrap_or("?"),
+            self.started.elapsed()
+        );
+    }
+}
+
 impl Cluster {
     pub async fn sim() -> Cluster {
-        Cluster::Sim(start().await)
+        Cluster {
+            started: std::time::Instant::now(),
+            backend: Backend::Sim(start().await),
+        }
     }
 
     #[cfg(feature = "real-cluster")]
     pub async fn real(ns: &str) -> Cluster {
-        Cluster::Real {
-            kube: cluster::admin().await,
-            ns: ns.to_owned(),
+        Cluster {
+            started: std::time::Instant::now(),
+            backend: Backend::Real {
+                kube: cluster::admin().await,
+                ns: ns.to_owned(),
+            },
         }
     }
 
     pub fn ns(&self) -> &str {
-        match self {
-            Cluster::Sim(_) => NS,
+        match &self.backend {
+            Backend::Sim(_) => NS,
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { ns, .. } => ns,
+            Backend::Real { ns, .. } => ns,
         }
     }
 
     pub fn is_sim(&self) -> bool {
-        matches!(self, Cluster::Sim(_))
+        matches!(self.backend, Backend::Sim(_))
     }
 
     pub async fn kube(&self) -> Kube {
-        match self {
-            Cluster::Sim(sim) => kube(sim).await,
+        match &self.backend {
+            Backend::Sim(sim) => kube(sim).await,
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, .. } => kube.clone(),
+            Backend::Real { kube, .. } => kube.clone(),
         }
     }
 
@@ -63,19 +90,19 @@ impl Cluster {
     }
 
     pub async fn namespace(&self) {
-        match self {
-            Cluster::Sim(sim) => namespace(sim, NS),
+        match &self.backend {
+            Backend::Sim(sim) => namespace(sim, NS),
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, ns } => cluster::namespace(kube, ns).await,
+            Backend::Real { kube, ns } => cluster::namespace(kube, ns).await,
         }
     }
 
     /// The bare pod an older release left, in `phase` (Running, Failed as evicted, Succeeded).
     pub async fn seed_bare_pod(&self, phase: &str, current: bool) -> Value {
-        match self {
-            Cluster::Sim(sim) => seed_bare_pod(sim, phase, current),
+        match &self.backend {
+            Backend::Sim(sim) => seed_bare_pod(sim, phase, current),
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, ns } => {
+            Backend::Real { kube, ns } => {
                 // Run by the fake kubelet first, then finished the way the kubelet finishes it.
                 cluster::bare_pod(kube, ns, current).await;
                 match phase {
@@ -90,10 +117,10 @@ impl Cluster {
 
     /// The Service an older release created on `port`; `current`: with the current selector.
     pub async fn seed_service(&self, port: i32, current: bool) -> Value {
-        match self {
-            Cluster::Sim(sim) => seed_service(sim, port, current),
+        match &self.backend {
+            Backend::Sim(sim) => seed_service(sim, port, current),
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, ns } => {
+            Backend::Real { kube, ns } => {
                 cluster::service_of(kube, ns, "main", port, current).await;
                 self.get("services", SVC).await.expect("the Service")
             }
@@ -102,18 +129,18 @@ impl Cluster {
 
     /// Until the controllers and the kubelet have done what they will do.
     pub async fn settle(&self) {
-        match self {
-            Cluster::Sim(sim) => sim.settle().await,
+        match &self.backend {
+            Backend::Sim(sim) => sim.settle().await,
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, ns } => cluster::settled(kube, ns).await,
+            Backend::Real { kube, ns } => cluster::settled(kube, ns).await,
         }
     }
 
     pub async fn get(&self, resource: &str, name: &str) -> Option<Value> {
-        match self {
-            Cluster::Sim(sim) => sim.get(resource, Some(NS), name),
+        match &self.backend {
+            Backend::Sim(sim) => sim.get(resource, Some(NS), name),
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, ns } => cluster::get(kube, ns, resource, name).await,
+            Backend::Real { kube, ns } => cluster::get(kube, ns, resource, name).await,
         }
     }
 
@@ -122,10 +149,10 @@ impl Cluster {
     }
 
     pub async fn list(&self, resource: &str) -> Vec<Value> {
-        match self {
-            Cluster::Sim(sim) => sim.list(resource, Some(NS)),
+        match &self.backend {
+            Backend::Sim(sim) => sim.list(resource, Some(NS)),
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, ns } => cluster::list(kube, ns, resource).await,
+            Backend::Real { kube, ns } => cluster::list(kube, ns, resource).await,
         }
     }
 
@@ -143,10 +170,10 @@ impl Cluster {
 
     /// What the kubelet writes when it evicts a pod.
     pub async fn evict(&self, name: &str) {
-        match self {
-            Cluster::Sim(sim) => sim.evict_pod(NS, name),
+        match &self.backend {
+            Backend::Sim(sim) => sim.evict_pod(NS, name),
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { kube, ns } => cluster::evict(kube, ns, name).await,
+            Backend::Real { kube, ns } => cluster::evict(kube, ns, name).await,
         }
     }
 
@@ -155,8 +182,8 @@ impl Cluster {
         &self,
         f: impl std::future::Future<Output = T>,
     ) -> (T, Vec<String>) {
-        match self {
-            Cluster::Sim(sim) => {
+        match &self.backend {
+            Backend::Sim(sim) => {
                 let (out, records) = requests_of(sim, f).await;
                 let lines = records
                     .iter()
@@ -165,7 +192,7 @@ impl Cluster {
                 (out, lines)
             }
             #[cfg(feature = "real-cluster")]
-            Cluster::Real { ns, .. } => {
+            Backend::Real { ns, .. } => {
                 let audit = cluster::audit();
                 let from = audit.mark();
                 let out = f.await;
@@ -423,7 +450,7 @@ pub async fn fifty_concurrent_ensures_make_one_of_each(cluster: &Cluster) {
     assert_eq!(cluster.list("services").await.len(), 1);
     cluster.settle().await;
     assert_eq!(cluster.active_pods().await.len(), 1);
-    if let Cluster::Sim(sim) = cluster {
+    if let Backend::Sim(sim) = &cluster.backend {
         let created = sim.count(|r| r.method == "POST" && r.status == 201);
         assert_eq!(
             created, 3,
