@@ -4,29 +4,15 @@
 
 mod common;
 
+use common::both::{self, Cluster, SA_USER};
 use common::*;
 use jumppod_host::rbac::{self, RULES, Rule};
 use jumppod_host::{HostError, resolve};
-use jumppod_sim::{NodeSpec, Sim, SimConfig};
+use jumppod_sim::Sim;
 use serde_json::{Value, json};
 
-const SA_USER: &str = "system:serviceaccount:dstack:jumppod";
-
-/// node-1 (the only schedulable node) has no ExternalIP, so `resolve` without `hostname`
-/// reads its node, then lists the nodes and finds node-2's.
 async fn rbac_sim() -> Sim {
-    Sim::start(SimConfig {
-        rbac: true,
-        nodes: vec![
-            NodeSpec::new("node-1"),
-            NodeSpec::new("node-2")
-                .ips("203.0.113.2", "10.0.0.2")
-                .taint("dedicated", "other", "NoSchedule"),
-        ],
-        ..sim_config()
-    })
-    .await
-    .unwrap()
+    Sim::start(both::rbac_sim_config()).await.unwrap()
 }
 
 fn grant(sim: &Sim, objects: Vec<Value>) {
@@ -60,11 +46,7 @@ fn seed_world(sim: &Sim) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_rules_are_enough() {
-    let sim = rbac_sim().await;
-    seed_world(&sim);
-    grant(&sim, rbac::objects(NS, "jumppod"));
-    full_flow(&sim).await.unwrap();
-    assert_eq!(node_port(&service(&sim)), 30300);
+    both::the_printed_rules_are_enough(&Cluster::sim_with_rbac().await).await;
     // And the printed YAML is what `objects` gives.
     let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rbac::yaml(NS, "jumppod"))
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
@@ -86,35 +68,8 @@ async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_gr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
-    let mut checked = 0;
-    for rule in RULES {
-        for verb in rule.verbs {
-            if (rule.resource, *verb) == ("namespaces", "create") {
-                continue; // below: it needs the namespaced rules granted cluster-wide
-            }
-            let sim = rbac_sim().await;
-            seed_world(&sim);
-            grant(
-                &sim,
-                rbac::objects_with(&without(verb, rule.resource), NS, "jumppod"),
-            );
-            let err = full_flow(&sim)
-                .await
-                .expect_err(&format!("{verb} {} is needed", rule.resource));
-            let text = err.to_string();
-            assert_eq!(err.exit_code(), 5, "{text}");
-            assert!(
-                text.contains(&format!("`{verb}` verb on `{}`", rule.resource)),
-                "{verb} {}: {text}",
-                rule.resource
-            );
-            assert!(
-                text.contains(&format!("cannot {verb} resource \"{}\"", rule.resource)),
-                "{text}"
-            );
-            checked += 1;
-        }
-    }
+    let checked =
+        both::removing_any_one_verb_fails_naming_it(|_| Cluster::sim_with_rbac(), &[]).await;
     assert_eq!(
         checked, 14,
         "every verb but `namespaces create` (tested below)"

@@ -14,7 +14,7 @@ use common::both::{self, Cluster};
 use common::cluster::{
     admin, admin_kubeconfig, bare_pod, cluster_dir, evict, namespace, old_service, typed, wait_for,
 };
-use common::{config_for, kube_at, reported_by_every_command, without};
+use common::{config_for, reported_by_every_command};
 use jumppod::schema;
 use jumppod_host::action::{Action, Finding};
 use jumppod_host::api::Kube;
@@ -22,11 +22,9 @@ use jumppod_host::apply::{self, Outcome};
 use jumppod_host::config::{Config, RawConfig};
 use jumppod_host::keys::{self, Change};
 use jumppod_host::manifest::{Desired, KEYS_MOUNT, keys_secret_name};
-use jumppod_host::rbac::{self, RULES, Rule};
 use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Node, Pod, Secret, Service};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -95,6 +93,23 @@ async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
         &Cluster::real("rc-finished-legacy").await,
     )
     .await;
+}
+
+/// Scenario 10 (common/both.rs): the printed RBAC rules less any one verb, each in a namespace
+/// of its own, one after another (the cluster-wide rules of one case must not grant the next):
+/// the flow fails naming the verb. `list nodes` is never used here: every fake node has an
+/// ExternalIP, so `resolve` without `hostname` reads the pod's node only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
+    let checked = both::removing_any_one_verb_fails_naming_it(
+        |i| Cluster::real(format!("rc-rbac-{i}")),
+        &[("nodes", "list")],
+    )
+    .await;
+    assert_eq!(
+        checked, 13,
+        "every verb but `namespaces create` and `nodes list`"
+    );
 }
 
 /// Scenario 8a (common/both.rs): 50 concurrent ensures against the real API server.
@@ -228,50 +243,13 @@ async fn a_pod_no_node_can_hold_is_reported_with_the_real_schedulers_message() {
     .await;
 }
 
-/// The printed RBAC rules, bound to a plain user of the control plane: the whole flow works
-/// with them, and without `create` on replicasets the first ensure fails naming it.
+/// Scenario 10 (common/both.rs): the printed RBAC rules, bound to a plain user of the control
+/// plane, are enough for the whole flow and `status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_printed_rbac_rules_are_enough_and_a_missing_verb_is_named() {
-    let admin = admin().await;
-    let user = kube_at(&cluster_dir().join("users/user-1.kubeconfig")).await;
-    let ns = "rc-rbac";
-    namespace(&admin, ns).await;
-    let config = config_for(ns, "main", "");
-
-    grant(&admin, &without("create", "replicasets"), ns, "user-1").await;
-    let err = wait_for("the RBAC rules to apply", || async {
-        match ensure(&user, &config).await {
-            Err(e) if e.to_string().contains("`create` verb on `replicasets`") => Some(e),
-            _ => None,
-        }
-    })
-    .await;
-    assert_eq!(err.exit_code(), 5, "{err}");
-
-    grant(&admin, RULES, ns, "user-1").await;
-    let report = wait_for("the full rules to apply", || async {
-        ensure(&user, &config).await.ok()
-    })
-    .await;
-    assert!(!report.applied.is_empty(), "{report}");
-    // resolve without a hostname reads the pod's node.
-    let proxy = resolves(&user, &config).await.proxy;
-    assert_eq!(proxy.hostname, "127.0.0.1");
-    jumppod_host::status::status(&user, &config).await.unwrap();
-    common::keys_flow(&user, &config).await.unwrap();
-
-    // `jumppod keys` changes entries by patch: without it the first change of an existing
-    // Secret fails, naming the verb.
-    grant(&admin, &without("patch", "secrets"), ns, "user-1").await;
-    let err = wait_for("the rules without patch to apply", || async {
-        let add = Change::add(common::ALICE, Some("alice")).unwrap();
-        match keys::change(&user, &config, &add).await {
-            Err(e) if e.to_string().contains("`patch` verb on `secrets`") => Some(e),
-            _ => None,
-        }
-    })
-    .await;
-    assert_eq!(err.exit_code(), 5, "{err}");
+async fn the_printed_rbac_rules_are_enough() {
+    let cluster = Cluster::real("rc-rbac").await;
+    both::the_printed_rules_are_enough(&cluster).await;
+    cluster.finish().await;
 }
 
 /// Issue 9 §1 with the real ReplicaSet controller: a key added through `jumppod keys` is in the
@@ -548,48 +526,6 @@ async fn a_namespace_being_deleted_is_reported_as_such_not_as_missing_rbac() {
     maps.patch("hold", &PatchParams::default(), &Patch::Merge(&release))
         .await
         .expect("release the namespace");
-}
-
-/// The Role, RoleBinding, ClusterRole and ClusterRoleBinding `jumppod rbac` prints, bound to
-/// `user` instead of the ServiceAccount; replaced when they exist.
-async fn grant(admin: &Kube, rules: &[Rule], ns: &str, user: &str) {
-    let subject = json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
-    for mut object in rbac::objects_with(rules, ns, user) {
-        if object.get("subjects").is_some() {
-            object["subjects"] = subject.clone();
-        }
-        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
-        let c = admin.client.clone();
-        let params = PatchParams::apply("jumppod-tests").force();
-        let patch = Patch::Apply(object.clone());
-        match object["kind"].as_str().unwrap() {
-            "Role" => drop(
-                Api::<Role>::namespaced(c, ns)
-                    .patch(&name, &params, &patch)
-                    .await
-                    .unwrap(),
-            ),
-            "RoleBinding" => drop(
-                Api::<RoleBinding>::namespaced(c, ns)
-                    .patch(&name, &params, &patch)
-                    .await
-                    .unwrap(),
-            ),
-            "ClusterRole" => drop(
-                Api::<ClusterRole>::all(c)
-                    .patch(&name, &params, &patch)
-                    .await
-                    .unwrap(),
-            ),
-            "ClusterRoleBinding" => drop(
-                Api::<ClusterRoleBinding>::all(c)
-                    .patch(&name, &params, &patch)
-                    .await
-                    .unwrap(),
-            ),
-            kind => panic!("unexpected {kind}"),
-        }
-    }
 }
 
 /// `jumppod webhook`, the real binary, serving the policy module with the control plane's

@@ -6,7 +6,32 @@
 
 use super::*;
 use jumppod_host::action::Finding;
+use jumppod_host::rbac::{RULES, Rule};
 use jumppod_host::resolve;
+use jumppod_sim::NodeSpec;
+
+/// The simulator of the RBAC scenario: RBAC enforced; node-1 (the only schedulable node) has no
+/// ExternalIP, so `resolve` without `hostname` reads its node, then lists the nodes and finds
+/// node-2's.
+pub fn rbac_sim_config() -> SimConfig {
+    SimConfig {
+        rbac: true,
+        nodes: vec![
+            NodeSpec::new("node-1"),
+            NodeSpec::new("node-2")
+                .ips("203.0.113.2", "10.0.0.2")
+                .taint("dedicated", "other", "NoSchedule"),
+        ],
+        ..sim_config()
+    }
+}
+
+/// The user the simulator takes for the ServiceAccount `jumppod rbac` prints.
+pub const SA_USER: &str = "system:serviceaccount:dstack:jumppod";
+
+/// The real control plane's user for the RBAC scenario (the others use user-1 to user-7).
+#[cfg(feature = "real-cluster")]
+const RBAC_USER: &str = "user-8";
 
 /// A backend and the namespace a scenario works in; when dropped, it prints how long the
 /// scenario took (`--nocapture` shows it; the test harness names the thread after the test).
@@ -46,13 +71,22 @@ impl Cluster {
         }
     }
 
+    /// The simulator with RBAC enforced ([`rbac_sim_config`]).
+    pub async fn sim_with_rbac() -> Cluster {
+        let sim = Sim::start(rbac_sim_config()).await.unwrap();
+        Cluster {
+            started: std::time::Instant::now(),
+            backend: Backend::Sim(sim),
+        }
+    }
+
     #[cfg(feature = "real-cluster")]
-    pub async fn real(ns: &str) -> Cluster {
+    pub async fn real(ns: impl Into<String>) -> Cluster {
         Cluster {
             started: std::time::Instant::now(),
             backend: Backend::Real {
                 kube: cluster::admin().await,
-                ns: ns.to_owned(),
+                ns: ns.into(),
             },
         }
     }
@@ -174,6 +208,45 @@ impl Cluster {
             Backend::Sim(sim) => sim.evict_pod(NS, name),
             #[cfg(feature = "real-cluster")]
             Backend::Real { kube, ns } => cluster::evict(kube, ns, name).await,
+        }
+    }
+
+    /// A client of a user granted the Role, RoleBinding, ClusterRole and ClusterRoleBinding
+    /// `jumppod rbac` prints for `rules` (on the simulator the printed ServiceAccount; on the
+    /// real control plane its plain user `user-8`, once the authorizer has the rules and lacks
+    /// `refused`).
+    pub async fn granted(&self, rules: &[Rule], refused: &[(&str, &str, &str)]) -> Kube {
+        match &self.backend {
+            Backend::Sim(sim) => {
+                for o in jumppod_host::rbac::objects_with(rules, NS, "jumppod") {
+                    sim.seed(o);
+                }
+                kube_at(&sim.kubeconfig_for(SA_USER)).await
+            }
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { kube, ns } => {
+                cluster::grant(kube, rules, ns, RBAC_USER).await;
+                cluster::authorized(kube, rules, refused, ns, RBAC_USER).await;
+                kube_at(&cluster::cluster_dir().join(format!("users/{RBAC_USER}.kubeconfig"))).await
+            }
+        }
+    }
+
+    /// The address `resolve` finds without `hostname`: node-2's ExternalIP on the simulator,
+    /// the fake nodes' 127.0.0.1 on the real control plane.
+    pub fn external_ip(&self) -> &'static str {
+        if self.is_sim() {
+            "203.0.113.2"
+        } else {
+            "127.0.0.1"
+        }
+    }
+
+    /// Leaves nothing behind on the shared real control plane.
+    pub async fn finish(self) {
+        #[cfg(feature = "real-cluster")]
+        if let Backend::Real { kube, ns } = &self.backend {
+            cluster::revoke_and_delete(kube, ns, RBAC_USER).await;
         }
     }
 
@@ -547,4 +620,90 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
     .await
     .unwrap();
     assert_eq!(applied[0].outcome, Outcome::AlreadyExisted);
+}
+
+/// Scenario 10's flow, every verb of the printed rules in it: a first ensure of project
+/// `fresh` (get replicasets, services, namespaces, pods; list pods; create replicasets,
+/// services), the upgrade of project `main` (delete pods, delete services), a user's key added,
+/// another added, one removed (get, create and patch secrets), and `resolve` without a hostname
+/// (get nodes; list them where the pod's node has no ExternalIP).
+pub async fn rbac_flow(cluster: &Cluster, kube: &Kube) -> Result<(), HostError> {
+    let fresh = config_for(cluster.ns(), "fresh", SMALL);
+    jumppod_host::ensure(kube, &fresh, &gate()).await?;
+    jumppod_host::ensure(kube, &cluster.config(SMALL), &gate()).await?;
+    keys_flow(kube, &fresh).await?;
+    cluster.settle().await;
+    let proxy = resolve::resolve(kube, &fresh).await?.proxy;
+    assert_eq!(proxy.hostname, cluster.external_ip());
+    Ok(())
+}
+
+/// Scenario 10: the flow works with exactly the printed rules, and `status` too; the old
+/// Service is replaced on its NodePort.
+pub async fn the_printed_rules_are_enough(cluster: &Cluster) {
+    cluster.namespace().await;
+    cluster.seed_bare_pod("Failed", false).await;
+    cluster.seed_service(30299, false).await;
+    let user = cluster.granted(RULES, &[]).await;
+    rbac_flow(cluster, &user).await.unwrap();
+    assert_eq!(node_port(&cluster.service().await), 30299);
+    jumppod_host::status::status(&user, &cluster.config(SMALL))
+        .await
+        .unwrap();
+}
+
+/// The policy's floors, so that many namespaces of pods fit the real control plane's nodes.
+const SMALL: &str = "cpu: 100m\nmemory: 32Mi";
+
+/// Scenario 10: with the printed rules less any one verb, the flow fails (exit 5) with an
+/// error naming the verb and the resource, in the API server's words. `case(i)` makes a
+/// fresh backend for the i-th verb; `skip`: verbs the backend's flow never uses. Returns how
+/// many verbs were checked.
+pub async fn removing_any_one_verb_fails_naming_it<F, Fut>(
+    mut case: F,
+    skip: &[(&str, &str)],
+) -> usize
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Cluster>,
+{
+    let mut checked = 0;
+    let verbs = RULES
+        .iter()
+        .flat_map(|r| r.verbs.iter().map(move |v| (r, *v)));
+    for (i, (rule, verb)) in verbs.enumerate() {
+        // Needs the namespaced rules granted cluster-wide: its own test.
+        if (rule.resource, verb) == ("namespaces", "create")
+            || skip.contains(&(rule.resource, verb))
+        {
+            continue;
+        }
+        let cluster = case(i).await;
+        cluster.namespace().await;
+        cluster.seed_bare_pod("Failed", false).await;
+        cluster.seed_service(30300 + i as i32, false).await;
+        let user = cluster
+            .granted(
+                &without(verb, rule.resource),
+                &[(rule.group, rule.resource, verb)],
+            )
+            .await;
+        let err = rbac_flow(&cluster, &user)
+            .await
+            .expect_err(&format!("{verb} {} is needed", rule.resource));
+        let text = err.to_string();
+        assert_eq!(err.exit_code(), 5, "{text}");
+        assert!(
+            text.contains(&format!("`{verb}` verb on `{}`", rule.resource)),
+            "{verb} {}: {text}",
+            rule.resource
+        );
+        assert!(
+            text.contains(&format!("cannot {verb} resource \"{}\"", rule.resource)),
+            "{text}"
+        );
+        cluster.finish().await;
+        checked += 1;
+    }
+    checked
 }

@@ -5,8 +5,11 @@ use super::kube_at;
 use jumppod::schema;
 use jumppod_e2e::audit::Audit;
 use jumppod_host::api::Kube;
+use jumppod_host::rbac::{self, RULES, Rule};
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -257,4 +260,106 @@ pub async fn settled(kube: &Kube, ns: &str) {
 /// The control plane's audit log, which counts API requests here.
 pub fn audit() -> Audit {
     Audit::new(cluster_dir().join("audit.log"))
+}
+
+/// The Role, RoleBinding, ClusterRole and ClusterRoleBinding `jumppod rbac` prints, bound to
+/// `user` instead of the ServiceAccount; replaced when they exist.
+pub async fn grant(admin: &Kube, rules: &[Rule], ns: &str, user: &str) {
+    let subject = json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
+    for mut object in rbac::objects_with(rules, ns, user) {
+        if object.get("subjects").is_some() {
+            object["subjects"] = subject.clone();
+        }
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        let c = admin.client.clone();
+        let params = PatchParams::apply("jumppod-tests").force();
+        let patch = Patch::Apply(object.clone());
+        match object["kind"].as_str().unwrap() {
+            "Role" => drop(
+                Api::<Role>::namespaced(c, ns)
+                    .patch(&name, &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            "RoleBinding" => drop(
+                Api::<RoleBinding>::namespaced(c, ns)
+                    .patch(&name, &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            "ClusterRole" => drop(
+                Api::<ClusterRole>::all(c)
+                    .patch(&name, &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            "ClusterRoleBinding" => drop(
+                Api::<ClusterRoleBinding>::all(c)
+                    .patch(&name, &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            kind => panic!("unexpected {kind}"),
+        }
+    }
+}
+
+/// Until the API server's authorizer grants `user` every verb of `rules` and none of
+/// `refused`: RBAC objects reach the authorizer through an informer, a moment after they
+/// are written.
+pub async fn authorized(
+    admin: &Kube,
+    rules: &[Rule],
+    refused: &[(&str, &str, &str)],
+    ns: &str,
+    user: &str,
+) {
+    let may = |group: &str, resource: &str, verb: &str, cluster: bool| {
+        let review: SubjectAccessReview = typed(json!({
+            "spec": {"user": user, "resourceAttributes": {
+                "group": group, "resource": resource, "verb": verb,
+                "namespace": if cluster { "" } else { ns }
+            }}
+        }));
+        let api: Api<SubjectAccessReview> = Api::all(admin.client.clone());
+        async move {
+            api.create(&PostParams::default(), &review)
+                .await
+                .expect("a SubjectAccessReview")
+                .status
+                .is_some_and(|s| s.allowed)
+        }
+    };
+    wait_for("the RBAC rules to reach the authorizer", || async {
+        for rule in rules {
+            for verb in rule.verbs {
+                if !may(rule.group, rule.resource, verb, rule.cluster).await {
+                    return None;
+                }
+            }
+        }
+        for (group, resource, verb) in refused {
+            let cluster = RULES.iter().any(|r| r.resource == *resource && r.cluster);
+            if may(group, resource, verb, cluster).await {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+/// Deletes what [`grant`] made cluster-wide for `ns` and `user`, and the namespace.
+pub async fn revoke_and_delete(admin: &Kube, ns: &str, user: &str) {
+    let name = format!("jumppod-{ns}-{user}");
+    let c = admin.client.clone();
+    let _ = Api::<ClusterRoleBinding>::all(c.clone())
+        .delete(&name, &Default::default())
+        .await;
+    let _ = Api::<ClusterRole>::all(c.clone())
+        .delete(&name, &Default::default())
+        .await;
+    let _ = Api::<Namespace>::all(c)
+        .delete(ns, &Default::default())
+        .await;
 }
