@@ -12,6 +12,7 @@ mod common;
 
 use common::cluster::{admin, admin_kubeconfig, namespace, typed, wait_for};
 use common::config_for;
+use common::run::{Controller, metric};
 use futures::StreamExt;
 use jumppod::schema;
 use jumppod_host::api::Kube;
@@ -21,10 +22,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "bench-controller";
 
@@ -57,80 +55,36 @@ async fn project(kube: &Kube, i: usize) {
         .unwrap();
 }
 
-struct Controller {
-    child: Child,
-    addr: String,
+fn start() -> Controller {
+    let args = [
+        "run",
+        "--namespace",
+        NS,
+        "--listen",
+        "127.0.0.1:0",
+        "--leader-elect",
+        "false",
+    ];
+    Controller::start(&admin_kubeconfig(), &args, None)
 }
 
-impl Controller {
-    fn start() -> Controller {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_jumppod"))
-            .arg("--kubeconfig")
-            .arg(admin_kubeconfig())
-            .args(["run", "--namespace", NS, "--listen", "127.0.0.1:0"])
-            .args(["--leader-elect", "false"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("jumppod run");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line.split("http://").nth(1).unwrap().trim().to_owned();
-        Controller { child, addr }
-    }
-
-    async fn metric(&self, name: &str) -> Option<f64> {
-        let mut stream = tokio::net::TcpStream::connect(&self.addr).await.ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: jumppod\r\n\r\n")
-            .await
-            .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).await.ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-    }
-
-    /// Waits until `count` projects are ready in its eyes; how long that took.
-    async fn ready(&self, count: usize) -> Duration {
-        let start = Instant::now();
-        wait_for(&format!("{count} ready projects"), || async {
-            let ready = self.metric("jumppod_projects{state=\"ready\"}").await?;
-            (ready as usize == count).then_some(())
-        })
-        .await;
-        start.elapsed()
-    }
-
-    fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .unwrap()
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .unwrap();
-        kib / 1024.0
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Waits until `count` projects are ready in the controller's eyes; how long that took.
+async fn ready(controller: &Controller, count: usize) -> Duration {
+    let start = Instant::now();
+    wait_for(&format!("{count} ready projects"), || async {
+        let (_, text) = controller.get("/metrics").await;
+        let ready = metric(&text, "jumppod_projects{state=\"ready\"}")?;
+        (ready as usize == count).then_some(())
+    })
+    .await;
+    start.elapsed()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let kube = admin().await;
     namespace(&kube, NS).await;
-    let running = Controller::start();
+    let running = start();
     let mut made = 0;
     println!(
         "projects | RSS, all reconciled | a fresh controller: RSS | caches filled and all reconciled"
@@ -142,11 +96,11 @@ async fn main() {
             .collect::<Vec<()>>()
             .await;
         made = count;
-        running.ready(count).await;
+        ready(&running, count).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let rss = running.rss_mib();
-        let fresh = Controller::start();
-        let took = fresh.ready(count).await;
+        let fresh = start();
+        let took = ready(&fresh, count).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         println!(
             "{count} | {rss:.1} MiB | {:.1} MiB | {took:.2?}",

@@ -14,6 +14,7 @@ use common::cluster::{
     wait_for,
 };
 use common::config_for;
+use common::run::{Controller, metric};
 use jumppod::schema;
 use jumppod_host::api::Kube;
 use jumppod_host::rbac;
@@ -24,12 +25,11 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Short election timings, so that failover fits in a test: the same ratios as client-go's.
 const LEASE: [&str; 6] = [
@@ -111,95 +111,17 @@ fn grant_controller_rules_edited(ns: &str, users: &[&str], edit: impl Fn(&mut Ve
     );
 }
 
-/// A `jumppod run` process; killed when dropped.
-struct Controller {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Controller {
-    fn start(kubeconfig: &Path, ns: &str, identity: &str) -> Controller {
-        let log = cluster_dir().join(format!("controller-{ns}-{identity}.log"));
-        let template = cluster_dir().join(format!("controller-{ns}-{identity}.yaml"));
-        std::fs::write(&template, SMALL).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_jumppod"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["run", "-v", "--namespace", ns, "--listen", "127.0.0.1:0"])
-            .args(["--identity", identity])
-            .arg("-f")
-            .arg(&template)
-            .args(LEASE)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("jumppod run");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .unwrap_or_else(|| panic!("no address in {line:?}; log: {}", log.display()))
-            .trim()
-            .parse()
-            .unwrap();
-        Controller { child, addr, log }
-    }
-
-    /// GET on the controller's HTTP port: status code and body.
-    async fn get(&self, path: &str) -> (u16, String) {
-        let mut stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        stream
-            .write_all(format!("GET {path} HTTP/1.0\r\nHost: jumppod\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).await.unwrap();
-        let code = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-        (code, body.to_owned())
-    }
-
-    async fn leading(&self) {
-        wait_for("the controller to lead with its caches filled", || async {
-            let (code, body) = self.get("/readyz").await;
-            (code == 200 && body.contains("leading")).then_some(())
-        })
-        .await;
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn signal(&self, signal: &str) {
-        let ok = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {signal}");
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The value of a metric line `name value` in Prometheus text.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+/// A `jumppod run` as the controller tests run it: `-v`, a template without drift, short
+/// election timings, its log in the cluster directory.
+fn start(kubeconfig: &Path, ns: &str, identity: &str) -> Controller {
+    let log = cluster_dir().join(format!("controller-{ns}-{identity}.log"));
+    let template = cluster_dir().join(format!("controller-{ns}-{identity}.yaml"));
+    std::fs::write(&template, SMALL).unwrap();
+    let template = template.to_str().unwrap();
+    let mut args = vec!["run", "-v", "--namespace", ns, "--listen", "127.0.0.1:0"];
+    args.extend(["--identity", identity, "-f", template]);
+    args.extend(LEASE);
+    Controller::start(kubeconfig, &args, Some(&log))
 }
 
 async fn holder(kube: &Kube, ns: &str) -> Option<String> {
@@ -284,7 +206,7 @@ async fn an_old_pod_that_finishes_has_its_service_switched_on_the_same_node_port
     let ns = "ctl-upgrade";
     namespace(&kube, ns).await;
     grant_controller_rules(ns, &["user-2"]);
-    let controller = Controller::start(&user_kubeconfig("user-2"), ns, "a");
+    let controller = start(&user_kubeconfig("user-2"), ns, "a");
     controller.leading().await;
 
     const RUNS: i32 = 20;
@@ -403,7 +325,7 @@ async fn a_pod_no_node_can_hold_yields_a_warning_event_with_the_schedulers_messa
     let ns = "ctl-unschedulable";
     namespace(&kube, ns).await;
     grant_controller_rules(ns, &["user-6"]);
-    let controller = Controller::start(&user_kubeconfig("user-6"), ns, "a");
+    let controller = start(&user_kubeconfig("user-6"), ns, "a");
     controller.leading().await;
     // The fake nodes have 4 cpus each.
     jumppod_host::ensure(
@@ -444,9 +366,9 @@ async fn of_two_controllers_one_leads_and_the_other_takes_over_when_it_is_killed
     grant_controller_rules(ns, &["user-3", "user-4"]);
     let audit = audit();
     let from = audit.mark();
-    let a = Controller::start(&user_kubeconfig("user-3"), ns, "a");
+    let a = start(&user_kubeconfig("user-3"), ns, "a");
     a.leading().await;
-    let mut b = Controller::start(&user_kubeconfig("user-4"), ns, "b");
+    let mut b = start(&user_kubeconfig("user-4"), ns, "b");
     wait_for("b to stand by", || async {
         let (code, body) = b.get("/readyz").await;
         (code == 200 && body.contains("standing by")).then_some(())
@@ -503,7 +425,7 @@ async fn a_project_whose_writes_fail_is_retried_with_backoff_and_stalls_no_other
                           "resourceNames": [ok_service]}),
         );
     });
-    let controller = Controller::start(&user_kubeconfig("user-7"), ns, "a");
+    let controller = start(&user_kubeconfig("user-7"), ns, "a");
     controller.leading().await;
     upgrading_project(&kube, ns, "bad", 30631).await;
     upgrading_project(&kube, ns, "ok", 30632).await;
@@ -609,7 +531,7 @@ async fn the_controller_recovers_without_a_restart_when_the_api_goes_away_and_co
         kubeconfig.replace(&server, &format!("https://127.0.0.1:{}", outage.port)),
     )
     .unwrap();
-    let mut controller = Controller::start(&proxied, ns, "a");
+    let mut controller = start(&proxied, ns, "a");
     controller.leading().await;
     upgrading_project(&kube, ns, "main", 30620).await;
 

@@ -19,6 +19,8 @@ use std::time::Duration;
 pub mod both;
 #[cfg(feature = "real-cluster")]
 pub mod cluster;
+#[cfg(feature = "real-cluster")]
+pub mod run;
 
 pub const NS: &str = "dstack";
 pub const NAME: &str = "dstack-main-ssh-jump-pod";
