@@ -3,104 +3,21 @@
 
 mod common;
 
+use common::both::{self, Cluster, jumppod, text};
+
 use base64::Engine as _;
 use common::*;
 use serde_json::Value;
 use std::process::Output;
 
-async fn jumppod(args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .await
-        .expect("run jumppod")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 fn json_of(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
 }
 
+/// The CLI's main flow (common/both.rs, on both backends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ensure_then_resolve_through_the_binary() {
-    let sim = start().await;
-    let kc = sim.kubeconfig_path().to_str().unwrap().to_owned();
-    let dir = std::env::temp_dir().join(format!("jumppod-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("jumppod.yaml");
-    std::fs::write(
-        &file,
-        format!("namespace: dstack\nproject: main\nproxy_jump: {{hostname: jump.example.com}}\nssh_public_key: {KEY}\n"),
-    )
-    .unwrap();
-    let file = file.to_str().unwrap();
-
-    let out = jumppod(&["ensure", "--kubeconfig", &kc, "--config", file]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("create replicaset dstack-main-ssh-jump-pod"),
-        "{}",
-        text(&out)
-    );
-
-    let out = jumppod(&["resolve", "--kubeconfig", &kc, "--config", file]).await;
-    assert_eq!(out.status.code(), Some(4), "not ready yet: {}", text(&out));
-
-    sim.settle().await;
-    sim.clear_requests();
-    let out = jumppod(&[
-        "resolve",
-        "--kubeconfig",
-        &kc,
-        "--config",
-        file,
-        "-o",
-        "json",
-    ])
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let proxy = &json_of(&out)["proxy"];
-    assert_eq!(proxy["hostname"], "jump.example.com");
-    assert_eq!(proxy["username"], "root");
-    let port = proxy["port"].as_i64().unwrap();
-    assert_eq!(port, node_port(&service(&sim)));
-    assert_eq!(sim.requests().len(), 2, "{:#?}", sim.requests());
-
-    sim.clear_requests();
-    let out = jumppod(&[
-        "ensure",
-        "--kubeconfig",
-        &kc,
-        "--config",
-        file,
-        "-o",
-        "json",
-    ])
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(json_of(&out)["applied"], serde_json::json!([]));
-    assert_eq!(sim.requests().len(), 2, "{:#?}", sim.requests());
-
-    let out = jumppod(&["status", "--kubeconfig", &kc, "--config", file]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("QoS Guaranteed"), "{}", text(&out));
-    assert!(
-        stdout.contains("ensure would change nothing"),
-        "{}",
-        text(&out)
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    both::the_binary_ensures_resolves_and_reports(&Cluster::sim().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,6 +112,13 @@ async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
     );
 }
 
+/// The CLI's main flow through the real binary (common/both.rs): 2 requests each for a
+/// steady `ensure` and a `resolve`, in the audit log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ensure_then_resolve_through_the_binary() {
+    both::the_binary_ensures_resolves_and_reports(&Cluster::real("rc-cli").await).await;
+}
+
 /// Scenario 8a (common/both.rs): 50 concurrent ensures against the real API server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {

@@ -242,6 +242,15 @@ impl Cluster {
         }
     }
 
+    /// The kubeconfig of the backend's admin (the simulator's user).
+    pub fn kubeconfig(&self) -> std::path::PathBuf {
+        match &self.backend {
+            Backend::Sim(sim) => sim.kubeconfig_path().to_owned(),
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { .. } => cluster::admin_kubeconfig(),
+        }
+    }
+
     /// Leaves nothing behind on the shared real control plane.
     pub async fn finish(self) {
         #[cfg(feature = "real-cluster")]
@@ -706,4 +715,99 @@ where
         checked += 1;
     }
     checked
+}
+
+/// The `jumppod` binary with `args`, RUST_LOG unset.
+pub async fn jumppod(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .expect("run jumppod")
+}
+
+/// A process's exit, stdout and stderr, for assertion messages.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The CLI's main flow through the real binary: `ensure` from a configuration file (dstack's
+/// `proxy_jump`), `resolve -o json` and a steady `ensure -o json` in 2 requests each, and
+/// `status` reading the pod Guaranteed with nothing left to do.
+pub async fn the_binary_ensures_resolves_and_reports(cluster: &Cluster) {
+    let kc = cluster.kubeconfig();
+    let kc = kc.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "jumppod-cli-{}-{}",
+        cluster.ns(),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("jumppod.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "namespace: {}\nproject: main\nproxy_jump: {{hostname: jump.example.com}}\nssh_public_key: {KEY}\n",
+            cluster.ns()
+        ),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let run = |command: &'static str, json: bool| {
+        let mut args = vec![command, "--kubeconfig", kc, "--config", file];
+        if json {
+            args.extend(["-o", "json"]);
+        }
+        async move { jumppod(&args).await }
+    };
+
+    let out = run("ensure", false).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("create replicaset dstack-main-ssh-jump-pod"),
+        "{}",
+        text(&out)
+    );
+    // Only the simulator can hold its kubelet back long enough to see "not ready".
+    if cluster.is_sim() {
+        let out = run("resolve", false).await;
+        assert_eq!(out.status.code(), Some(4), "not ready yet: {}", text(&out));
+    }
+
+    cluster.settle().await;
+    let (out, requests) = cluster.requests_of(run("resolve", true)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let proxy = &serde_json::from_slice::<Value>(&out.stdout).unwrap()["proxy"];
+    assert_eq!(proxy["hostname"], "jump.example.com");
+    assert_eq!(proxy["username"], "root");
+    assert_eq!(
+        proxy["port"].as_i64().unwrap(),
+        node_port(&cluster.service().await)
+    );
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+
+    let (out, requests) = cluster.requests_of(run("ensure", true)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["applied"],
+        json!([])
+    );
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+
+    let out = run("status", false).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("QoS Guaranteed"), "{}", text(&out));
+    assert!(
+        stdout.contains("ensure would change nothing"),
+        "{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
