@@ -131,7 +131,9 @@ async fn lead_or_stand_by(
             tokio::spawn(control(clients.clone(), options.clone(), metrics.clone()));
         tokio::select! {
             lost = hold(&mut elector) => {
+                // Stopped, not only asked to stop: no write of this replica may follow.
                 controller.abort();
+                let _ = controller.await;
                 tracing::error!(lease = %election.lease, reason = %lost, "lost the lease: stopped writing; standing by");
             }
             ended = &mut controller => {
