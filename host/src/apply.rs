@@ -86,11 +86,11 @@ pub async fn apply(
                     }) if message.contains("already allocated") => {
                         // The registry allocates the NodePort before it finds the name taken,
                         // so another host's create of this very Service (the same selector, on
-                        // this port) answers 422, not 409 AlreadyExists: one read tells which.
+                        // this port) answers 422, not 409 AlreadyExists: a read tells which.
+                        // That create may still be in flight (its port allocated, its Service
+                        // not yet stored), so the read is repeated for a moment.
                         let name = name_of(&service.metadata);
-                        let get = Op::new("get", "services", Some(namespace), Some(name));
-                        let twin = crate::observe::get_opt(kube, &api, get).await?;
-                        if twin.is_some_and(|t| same_service(&t, service)) {
+                        if twin_appears(kube, &api, namespace, service).await? {
                             Outcome::AlreadyExisted
                         } else {
                             return Err(HostError::NodePortTaken {
@@ -133,6 +133,29 @@ pub async fn apply(
         });
     }
     Ok(done)
+}
+
+/// Whether the Service `wanted` describes exists, made by another host, within a moment
+/// (5 reads, 100 ms apart, within the deadline).
+async fn twin_appears(
+    kube: &Kube,
+    api: &Api<Service>,
+    namespace: &str,
+    wanted: &Service,
+) -> Result<bool, HostError> {
+    let name = name_of(&wanted.metadata);
+    for attempt in 0..5 {
+        let get = Op::new("get", "services", Some(namespace), Some(name));
+        if let Some(found) = crate::observe::get_opt(kube, api, get).await? {
+            return Ok(same_service(&found, wanted));
+        }
+        let pause = std::time::Duration::from_millis(100);
+        if attempt == 4 || std::time::Instant::now() + pause >= kube.deadline {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    Ok(false)
 }
 
 /// The Service `wanted` describes, as another host created it: same selector, same NodePort.
