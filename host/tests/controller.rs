@@ -213,7 +213,7 @@ async fn an_old_pod_that_finishes_has_its_service_switched_on_the_same_node_port
     let mut took = Vec::new();
     for i in 0..RUNS {
         let project = format!("up{i}");
-        let port = 30600 + i;
+        let port = 30000 + i;
         upgrading_project(&kube, ns, &project, port).await;
         let name = schema::jump_pod_name(&project);
         let start = Instant::now();
@@ -298,7 +298,7 @@ async fn an_old_pod_that_finishes_has_its_service_switched_on_the_same_node_port
             &PatchParams::default(),
             &Patch::Json::<()>(
                 serde_json::from_value(
-                    json!([{"op": "replace", "path": "/spec/ports/0/nodePort", "value": 30650}]),
+                    json!([{"op": "replace", "path": "/spec/ports/0/nodePort", "value": 30023}]),
                 )
                 .unwrap(),
             ),
@@ -314,7 +314,7 @@ async fn an_old_pod_that_finishes_has_its_service_switched_on_the_same_node_port
     .await;
     assert_eq!(moved.type_.as_deref(), Some("Warning"));
     let note = moved.note.unwrap_or_default();
-    assert!(note.contains("from 30600 to 30650"), "{note}");
+    assert!(note.contains("from 30000 to 30023"), "{note}");
     done(&kube, ns).await;
 }
 
@@ -427,8 +427,8 @@ async fn a_project_whose_writes_fail_is_retried_with_backoff_and_stalls_no_other
     });
     let controller = start(&user_kubeconfig("user-7"), ns, "a");
     controller.leading().await;
-    upgrading_project(&kube, ns, "bad", 30631).await;
-    upgrading_project(&kube, ns, "ok", 30632).await;
+    upgrading_project(&kube, ns, "bad", 30021).await;
+    upgrading_project(&kube, ns, "ok", 30022).await;
 
     evict(&kube, ns, &schema::jump_pod_name("bad")).await;
     wait_for("the bad project's second failure", || async {
@@ -438,7 +438,7 @@ async fn a_project_whose_writes_fail_is_retried_with_backoff_and_stalls_no_other
     .await;
     let start = Instant::now();
     evict(&kube, ns, &schema::jump_pod_name("ok")).await;
-    assert_eq!(service_switched(&kube, ns, "ok").await, 30632);
+    assert_eq!(service_switched(&kube, ns, "ok").await, 30022);
     println!(
         "beside a failing project, the other's Service was switched {:?} after its pod finished",
         start.elapsed()
@@ -533,7 +533,7 @@ async fn the_controller_recovers_without_a_restart_when_the_api_goes_away_and_co
     .unwrap();
     let mut controller = start(&proxied, ns, "a");
     controller.leading().await;
-    upgrading_project(&kube, ns, "main", 30620).await;
+    upgrading_project(&kube, ns, "main", 30020).await;
 
     outage.down();
     evict(&kube, ns, &schema::jump_pod_name("main")).await;
@@ -546,7 +546,7 @@ async fn the_controller_recovers_without_a_restart_when_the_api_goes_away_and_co
     outage.up().await;
 
     let port = service_switched(&kube, ns, "main").await;
-    assert_eq!(port, 30620);
+    assert_eq!(port, 30020);
     gone(&kube, ns, &schema::jump_pod_name("main")).await;
     assert!(
         controller.child.try_wait().unwrap().is_none(),

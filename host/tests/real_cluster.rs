@@ -72,14 +72,14 @@ async fn a_fresh_namespace_gets_a_guaranteed_jump_pod_and_the_steady_state_costs
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over() {
     let evicted = async {
-        both::a_finished_bare_pod_is_deleted(&Cluster::real("rc-finished").await, "Failed", 30101)
+        both::a_finished_bare_pod_is_deleted(&Cluster::real("rc-finished").await, "Failed", 30061)
             .await
     };
     let succeeded = async {
         both::a_finished_bare_pod_is_deleted(
             &Cluster::real("rc-succeeded").await,
             "Succeeded",
-            30102,
+            30062,
         )
         .await
     };
@@ -399,7 +399,7 @@ async fn a_pre_3891_pod_left_terminating_on_a_dead_node_does_not_pin_the_old_ser
     pods.create(&PostParams::default(), &typed(old))
         .await
         .expect("create the old pod");
-    old_service(&admin, ns, 30931).await;
+    old_service(&admin, ns, 30024).await;
     pods.delete(NAME, &DeleteParams::default())
         .await
         .expect("delete the old pod");
@@ -422,7 +422,7 @@ async fn a_pre_3891_pod_left_terminating_on_a_dead_node_does_not_pin_the_old_ser
     let spec = svc.spec.expect("a spec");
     assert_eq!(
         spec.ports.unwrap()[0].node_port,
-        Some(30931),
+        Some(30024),
         "the same NodePort"
     );
     assert_eq!(
@@ -885,13 +885,13 @@ async fn an_older_servers_jobs_are_undone_by_the_real_replicaset_controller() {
 async fn a_fixed_proxy_jump_port_keeps_the_node_port_through_an_older_servers_jobs() {
     let kube = admin().await;
     let ns = "rc-fight-port";
-    let config = config_for(ns, "main", "hostname: h\nport: 32111");
+    let config = config_for(ns, "main", "hostname: h\nport: 30025");
     ensure(&kube, &config).await.expect("ensure");
     let first_pod = resolves(&kube, &config).await.proxy.pod;
     let old = common::OldServer {
         namespace: ns.into(),
         release: common::Release::Post3891,
-        port: Some(32111),
+        port: Some(30025),
         as_the_policy_mutates: false,
     };
     for _ in 0..2 {
@@ -899,7 +899,7 @@ async fn a_fixed_proxy_jump_port_keeps_the_node_port_through_an_older_servers_jo
         assert!(done.service_deleted, "{done:?}");
         assert_eq!(
             done.service_recreated.clone().unwrap(),
-            Ok(32111),
+            Ok(30025),
             "{done:?}"
         );
         assert!(!done.found_running(), "{done:?}");
@@ -913,13 +913,13 @@ async fn a_fixed_proxy_jump_port_keeps_the_node_port_through_an_older_servers_jo
         assert!(
             fight
                 .to_string()
-                .contains("keep proxy_jump.port: 32111 on every server"),
+                .contains("keep proxy_jump.port: 30025 on every server"),
             "{fight}"
         );
         let proxy = resolves(&kube, &config).await.proxy;
         assert_eq!(
             (proxy.pod.as_str(), proxy.port),
-            (first_pod.as_str(), 32111)
+            (first_pod.as_str(), 30025)
         );
     }
 }

@@ -56,7 +56,7 @@ async fn a_running_bare_pod_with_current_labels_is_adopted_and_the_service_kept(
 #[case::succeeded("Succeeded")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over(#[case] phase: &str) {
-    both::a_finished_bare_pod_is_deleted(&Cluster::sim().await, phase, 30101).await;
+    both::a_finished_bare_pod_is_deleted(&Cluster::sim().await, phase, 30061).await;
 }
 
 /// 4. A running pre-#3891 pod and its Service: left alone, then replaced on the same NodePort

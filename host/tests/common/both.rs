@@ -335,7 +335,7 @@ pub async fn an_empty_namespace_gets_a_replicaset_and_a_service(cluster: &Cluste
 pub async fn a_running_bare_pod_with_current_labels_is_adopted(cluster: &Cluster) {
     cluster.namespace().await;
     let bare = cluster.seed_bare_pod("Running", true).await;
-    let svc = cluster.seed_service(30100, true).await;
+    let svc = cluster.seed_service(30060, true).await;
     let config = cluster.config("hostname: h");
     let report = cluster.ensure(&config).await.unwrap();
     assert!(
@@ -359,7 +359,7 @@ pub async fn a_running_bare_pod_with_current_labels_is_adopted(cluster: &Cluster
         "the Service is kept"
     );
     let proxy = cluster.resolve(&config).await.unwrap().proxy;
-    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30100));
+    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30060));
 }
 
 /// Scenario 3: a finished bare pod (Evicted, or Succeeded): deleted; the ReplicaSet's pod takes over.
@@ -393,14 +393,14 @@ pub async fn a_finished_bare_pod_is_deleted(cluster: &Cluster, phase: &str, port
 pub async fn a_pre_3891_pod_is_left_alone_then_its_service_recreated(cluster: &Cluster) {
     cluster.namespace().await;
     let legacy = cluster.seed_bare_pod("Running", false).await;
-    let old_svc = cluster.seed_service(30222, false).await;
+    let old_svc = cluster.seed_service(30063, false).await;
     let config = cluster.config("hostname: h");
 
     let report = cluster.ensure(&config).await.unwrap();
     assert_eq!(report.applied.len(), 1, "only the ReplicaSet: {report}");
     assert!(report.findings.contains(&Finding::LegacyServiceKept {
         service: SVC.into(),
-        node_port: Some(30222)
+        node_port: Some(30063)
     }));
     cluster.settle().await;
     let pod = cluster.get("pods", NAME).await.expect("left alone");
@@ -415,7 +415,7 @@ pub async fn a_pre_3891_pod_is_left_alone_then_its_service_recreated(cluster: &C
         proxy.bare,
         "the Service still routes to the legacy pod: {proxy:?}"
     );
-    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30222));
+    assert_eq!((proxy.pod.as_str(), proxy.port), (NAME, 30063));
 
     // A second ensure changes nothing while the legacy pod runs.
     let report = cluster.ensure(&config).await.unwrap();
@@ -438,7 +438,7 @@ pub async fn a_pre_3891_pod_is_left_alone_then_its_service_recreated(cluster: &C
         "{report}"
     );
     assert!(
-        actions[2].contains("on NodePort 30222 (kept: running jobs use it)"),
+        actions[2].contains("on NodePort 30063 (kept: running jobs use it)"),
         "{report}"
     );
     let svc = cluster.service().await;
@@ -447,9 +447,9 @@ pub async fn a_pre_3891_pod_is_left_alone_then_its_service_recreated(cluster: &C
         svc["spec"]["selector"],
         json!({"app.kubernetes.io/instance": NAME})
     );
-    assert_eq!(node_port(&svc), 30222, "the same NodePort");
+    assert_eq!(node_port(&svc), 30063, "the same NodePort");
     let proxy = cluster.resolve(&config).await.unwrap().proxy;
-    assert_eq!(proxy.port, 30222);
+    assert_eq!(proxy.port, 30063);
     assert!(!proxy.bare);
 }
 
@@ -457,7 +457,7 @@ pub async fn a_pre_3891_pod_is_left_alone_then_its_service_recreated(cluster: &C
 pub async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once(cluster: &Cluster) {
     cluster.namespace().await;
     cluster.seed_bare_pod("Failed", false).await;
-    cluster.seed_service(30223, false).await;
+    cluster.seed_service(30064, false).await;
     let config = cluster.config("hostname: h");
     let (result, requests) = cluster.requests_of(cluster.resolve(&config)).await;
     let err = result.unwrap_err();
@@ -552,7 +552,7 @@ pub async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_po
 ) {
     cluster.namespace().await;
     cluster.seed_bare_pod("Failed", false).await;
-    cluster.seed_service(30224, false).await;
+    cluster.seed_service(30065, false).await;
     let config = cluster.config("");
     let (a, b) = (cluster.kube().await, cluster.kube().await);
     let (gate_a, gate_b) = (gate(), gate());
@@ -564,7 +564,7 @@ pub async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_po
     rb.unwrap();
     let services = cluster.list("services").await;
     assert_eq!(services.len(), 1);
-    assert_eq!(node_port(&services[0]), 30224);
+    assert_eq!(node_port(&services[0]), 30065);
     assert_eq!(
         services[0]["spec"]["selector"],
         json!({"app.kubernetes.io/instance": NAME})
@@ -585,11 +585,11 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
     use kube::api::PostParams;
 
     cluster.namespace().await;
-    cluster.seed_service(30225, true).await;
+    cluster.seed_service(30066, true).await;
     let config = cluster.config("");
     let kube = cluster.kube().await;
     let api: Api<Service> = Api::namespaced(kube.client.clone(), cluster.ns());
-    let again = manifest::service(&config, Some(30225));
+    let again = manifest::service(&config, Some(30066));
     let status = |e: kube::Error| match e {
         kube::Error::Api(s) => (s.code, s.reason, s.message),
         other => panic!("not an API error: {other}"),
@@ -605,14 +605,14 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
         "{message}"
     );
 
-    let elsewhere = manifest::service(&config, Some(30226));
+    let elsewhere = manifest::service(&config, Some(30067));
     let (code, reason, message) = status(
         api.create(&PostParams::default(), &elsewhere)
             .await
             .unwrap_err(),
     );
     assert_eq!((code, reason.as_str()), (409, "AlreadyExists"), "{message}");
-    let mut other = manifest::service(&config, Some(30226));
+    let mut other = manifest::service(&config, Some(30067));
     other.metadata.name = Some("another-service".into());
     api.create(&PostParams::default(), &other)
         .await
@@ -623,7 +623,7 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
         cluster.ns(),
         &[Action::CreateService {
             service: Box::new(again),
-            keeps_port: Some(30225),
+            keeps_port: Some(30066),
         }],
     )
     .await
@@ -652,10 +652,10 @@ pub async fn rbac_flow(cluster: &Cluster, kube: &Kube) -> Result<(), HostError> 
 pub async fn the_printed_rules_are_enough(cluster: &Cluster) {
     cluster.namespace().await;
     cluster.seed_bare_pod("Failed", false).await;
-    cluster.seed_service(30299, false).await;
+    cluster.seed_service(30068, false).await;
     let user = cluster.granted(RULES, &[]).await;
     rbac_flow(cluster, &user).await.unwrap();
-    assert_eq!(node_port(&cluster.service().await), 30299);
+    assert_eq!(node_port(&cluster.service().await), 30068);
     jumppod_host::status::status(&user, &cluster.config(SMALL))
         .await
         .unwrap();
@@ -690,7 +690,7 @@ where
         let cluster = case(i).await;
         cluster.namespace().await;
         cluster.seed_bare_pod("Failed", false).await;
-        cluster.seed_service(30300 + i as i32, false).await;
+        cluster.seed_service(30040 + i as i32, false).await;
         let user = cluster
             .granted(
                 &without(verb, rule.resource),

@@ -1,5 +1,9 @@
 //! The real control plane the real-cluster tests run against (`make test` starts it once, with
 //! `jumppod-controlplane run`), and what older dstack releases left in it.
+//!
+//! NodePorts the tests ask for by number are in the static band, 30000-30085, each used by one
+//! test: the allocator picks at random from 30086 up for Services that do not ask, so another
+//! test's Service can never hold one of them first (it once did, at 30307).
 
 use super::kube_at;
 use jumppod::schema;
