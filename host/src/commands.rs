@@ -333,12 +333,7 @@ async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError>
         retry_period: args.retry_period,
     };
     if let Some(problem) = timing.problem() {
-        return Err(ConfigError {
-            field: "--renew-deadline".into(),
-            value: String::new(),
-            problem,
-        }
-        .into());
+        return Err(problem.into());
     }
     let options = ClientOptions {
         kubeconfig: global.kubeconfig.clone(),

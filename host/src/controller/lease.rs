@@ -9,6 +9,7 @@
 //! [`step`] decides; [`Elector`] reads and writes the Lease.
 
 use crate::api::{Op, explain, is_already_exists, is_conflict, is_not_found};
+use crate::config::ConfigError;
 use crate::error::HostError;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -36,20 +37,33 @@ impl Default for Timing {
 }
 
 impl Timing {
-    /// client-go refuses the same combinations: the leader must stop before the lease expires,
-    /// and retry more often than it must renew.
-    pub fn problem(&self) -> Option<String> {
+    /// client-go refuses the same combinations: the leader must stop writing before the lease
+    /// expires, and retry more often than it must renew. The error names the flag at fault.
+    pub fn problem(&self) -> Option<ConfigError> {
+        let refuse = |field: &str, problem: String| {
+            Some(ConfigError {
+                field: field.into(),
+                value: String::new(),
+                problem,
+            })
+        };
         if self.renew_deadline >= self.lease_duration {
-            return Some(format!(
-                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): the leader must stop writing before another replica may take the lease",
-                self.renew_deadline, self.lease_duration
-            ));
+            return refuse(
+                "--renew-deadline",
+                format!(
+                    "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): the leader must stop writing before another replica may take the lease",
+                    self.renew_deadline, self.lease_duration
+                ),
+            );
         }
         if self.retry_period >= self.renew_deadline {
-            return Some(format!(
-                "--retry-period ({:?}) must be shorter than --renew-deadline ({:?})",
-                self.retry_period, self.renew_deadline
-            ));
+            return refuse(
+                "--retry-period",
+                format!(
+                    "--retry-period ({:?}) must be shorter than --renew-deadline ({:?})",
+                    self.retry_period, self.renew_deadline
+                ),
+            );
         }
         None
     }
@@ -404,7 +418,7 @@ mod tests {
         };
         match (timing.problem(), names) {
             (None, None) => {}
-            (Some(p), Some(flag)) => assert!(p.starts_with(flag), "{p}"),
+            (Some(p), Some(flag)) => assert!(p.problem.starts_with(flag), "{p}"),
             (p, n) => panic!("problem {p:?}, expected one naming {n:?}"),
         }
     }

@@ -222,10 +222,10 @@ impl Caches {
             .services
             .get(&ObjectRef::new(&jumppod::schema::service_name(&key.name)).within(&key.namespace))
             .map(|s| s.as_ref().clone());
-        let pods = self.pods.state_filter(|p| {
-            p.metadata.namespace.as_deref() == Some(&key.namespace)
-                && ProjectKey::of_pod(p).contains(key)
-        });
+        // `index::observed` picks the project's pods (by name and instance label) itself.
+        let pods = self
+            .pods
+            .state_filter(|p| p.metadata.namespace.as_deref() == Some(&key.namespace));
         index::observed(key, rs, svc, pods.iter().map(|p| p.as_ref()))
     }
 
