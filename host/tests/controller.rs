@@ -427,8 +427,8 @@ async fn a_project_whose_writes_fail_is_retried_with_backoff_and_stalls_no_other
     });
     let controller = start(&user_kubeconfig("user-7"), ns, "a");
     controller.leading().await;
-    upgrading_project(&kube, ns, "bad", 30021).await;
-    upgrading_project(&kube, ns, "ok", 30022).await;
+    upgrading_project(&kube, ns, "bad", 30026).await;
+    upgrading_project(&kube, ns, "ok", 30027).await;
 
     evict(&kube, ns, &schema::jump_pod_name("bad")).await;
     wait_for("the bad project's second failure", || async {
@@ -438,7 +438,7 @@ async fn a_project_whose_writes_fail_is_retried_with_backoff_and_stalls_no_other
     .await;
     let start = Instant::now();
     evict(&kube, ns, &schema::jump_pod_name("ok")).await;
-    assert_eq!(service_switched(&kube, ns, "ok").await, 30022);
+    assert_eq!(service_switched(&kube, ns, "ok").await, 30027);
     println!(
         "beside a failing project, the other's Service was switched {:?} after its pod finished",
         start.elapsed()
