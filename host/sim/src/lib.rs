@@ -44,7 +44,7 @@
 //!   demand.
 //! - Faults on demand ([`Fault`]; 429 is plain text with `Retry-After`, as API Priority and
 //!   Fairness sends it), RBAC ([`SimConfig::rbac`]), an admission hook
-//!   ([`Admission`]), a request log ([`RequestRecord`]).
+//!   ([`Admission`]), LimitRanges' `max` per container, a request log ([`RequestRecord`]).
 //!
 //! # Identity
 //! The kubeconfig user carries `token: NAME` and `as: NAME`. The user is the bearer token

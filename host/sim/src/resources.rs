@@ -74,6 +74,7 @@ pub static RESOURCES: &[ResDef] = &[
     res!("secrets", "", "Secret", true, &[], &[]),
     res!("serviceaccounts", "", "ServiceAccount", true, &["sa"], &[]),
     res!("events", "", "Event", true, &["ev"], &[]),
+    res!("limitranges", "", "LimitRange", true, &["limits"], &[]),
     res!(
         "replicasets",
         "apps",

@@ -6,6 +6,7 @@
 mod create;
 mod delete;
 mod kinds;
+mod limit_ranges;
 mod patch;
 mod services;
 mod update;
