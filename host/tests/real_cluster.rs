@@ -12,9 +12,9 @@ mod common;
 
 use common::both::{self, Cluster};
 use common::cluster::{
-    admin, admin_kubeconfig, bare_pod, cluster_dir, evict, namespace, old_service, typed, wait_for,
+    admin, admin_kubeconfig, bare_pod, cluster_dir, evict, namespace, typed, wait_for,
 };
-use common::{config_for, reported_by_every_command};
+use common::{Release, config_for};
 use jumppod::schema;
 use jumppod_host::action::{Action, Finding};
 use jumppod_host::api::Kube;
@@ -24,33 +24,16 @@ use jumppod_host::keys::{self, Change};
 use jumppod_host::manifest::{Desired, KEYS_MOUNT, keys_secret_name};
 use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-use common::{KEY, NAME, SVC};
+use common::{KEY, NAME};
 
 async fn ensure(kube: &Kube, config: &Config) -> Result<EnsureReport, HostError> {
     jumppod_host::ensure(kube, config, &Gate::native()).await
-}
-
-/// Waits until `ensure` finds what `is` picks (a controller or the kubelet writes it
-/// asynchronously), then checks that every command reports it with `words`.
-async fn once_seen_reported_by_every_command(
-    kube: &Kube,
-    config: &Config,
-    what: &str,
-    is: fn(&Finding) -> bool,
-    words: &[&str],
-) {
-    wait_for(what, || async {
-        let report = ensure(kube, config).await.expect("ensure");
-        report.findings.iter().any(is).then_some(())
-    })
-    .await;
-    reported_by_every_command(kube, config, is, words).await;
 }
 
 async fn resolves(kube: &Kube, config: &Config) -> resolve::ResolveReport {
@@ -372,123 +355,30 @@ async fn the_printed_keys_patch_applied_by_kubectl_ends_the_drift() {
     );
 }
 
-/// A pre-#3891 pod on a node whose kubelet never answers stays terminating once deleted (the
-/// real API server keeps a bound pod until its kubelet confirms the deletion): it must not pin
-/// the old Service, which ensure replaces on the same NodePort; the pod itself is left alone.
+/// 7e (common/both.rs): a pre-#3891 pod on a node whose kubelet never answers stays
+/// terminating once deleted; it must not pin the old Service.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pre_3891_pod_left_terminating_on_a_dead_node_does_not_pin_the_old_service() {
-    let admin = admin().await;
-    let ns = "rc-stranded";
-    namespace(&admin, ns).await;
-    // A node no kubelet plays; unschedulable, so that no other test's pod lands on it.
-    let nodes: Api<Node> = Api::all(admin.client.clone());
-    let dead = "rc-dead-node";
-    nodes
-        .create(
-            &PostParams::default(),
-            &typed(json!({"metadata": {"name": dead}, "spec": {"unschedulable": true}})),
-        )
-        .await
-        .expect("create the node");
-    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
-    let old = json!({
-        "metadata": {"name": NAME, "labels": schema::legacy_selector(NAME)},
-        "spec": {"nodeName": dead, "restartPolicy": "Never",
-                 "containers": [{"name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE}]}
-    });
-    pods.create(&PostParams::default(), &typed(old))
-        .await
-        .expect("create the old pod");
-    old_service(&admin, ns, 30024).await;
-    pods.delete(NAME, &DeleteParams::default())
-        .await
-        .expect("delete the old pod");
-    let pod = pods
-        .get(NAME)
-        .await
-        .expect("no kubelet confirms: the pod stays");
-    assert!(pod.metadata.deletion_timestamp.is_some());
-
-    let config = config_for(ns, "main", "");
-    let report = ensure(&admin, &config).await.expect("ensure");
-    assert!(
-        report
-            .findings
-            .contains(&Finding::LegacyPodStranded { pod: NAME.into() }),
-        "{report}"
-    );
-    let services: Api<Service> = Api::namespaced(admin.client.clone(), ns);
-    let svc = services.get(SVC).await.expect("the Service");
-    let spec = svc.spec.expect("a spec");
-    assert_eq!(
-        spec.ports.unwrap()[0].node_port,
-        Some(30024),
-        "the same NodePort"
-    );
-    assert_eq!(
-        spec.selector.unwrap_or_default(),
-        schema::current_selector(NAME),
-        "the current selector"
-    );
-    assert!(
-        pods.get(NAME).await.is_ok(),
-        "the stranded pod is left alone"
-    );
-    nodes
-        .delete(dead, &DeleteParams::default())
-        .await
-        .expect("delete the node (the pod GC then removes its pod)");
-}
-
-/// The real ReplicaSet controller cannot create the pod when a LimitRange caps cpu below the
-/// jump pod's: it sets `ReplicaFailure` (FailedCreate, the LimitRanger's message), which
-/// ensure, resolve and status report.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_a_limitrange_refuses_are_reported_with_the_apis_message() {
-    let admin = admin().await;
-    let ns = "rc-limitrange";
-    namespace(&admin, ns).await;
-    let ranges: Api<LimitRange> = Api::namespaced(admin.client.clone(), ns);
-    let cap = json!({"metadata": {"name": "small"},
-                     "spec": {"limits": [{"type": "Container", "max": {"cpu": "100m"}}]}});
-    ranges
-        .create(&PostParams::default(), &typed(cap))
-        .await
-        .expect("create the LimitRange");
-    let config = config_for(ns, "main", "hostname: h");
-    ensure(&admin, &config).await.expect("the first ensure");
-    once_seen_reported_by_every_command(
-        &admin,
-        &config,
-        "the ReplicaSet controller's ReplicaFailure",
-        |f| matches!(f, Finding::PodsRefused { .. }),
-        &[
-            "cannot create its pod (FailedCreate)",
-            "maximum cpu usage per Container is 100m",
-        ],
+    both::a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service(
+        Cluster::real("rc-stranded").await,
     )
     .await;
 }
 
-/// The kubelet cannot pull an image whose registry does not resolve (a host under `.invalid`;
-/// the control plane's kubelet reports what a real one does): ensure, resolve and status
-/// report the container's ImagePullBackOff and the runtime's message.
+/// 7b (common/both.rs): the real ReplicaSet controller cannot create the pod when a LimitRange
+/// caps cpu below the jump pod's; its ReplicaFailure reaches every command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_a_limitrange_refuses_are_reported_with_the_apis_message() {
+    both::pods_the_replicaset_cannot_create_are_reported(&Cluster::real("rc-limitrange").await)
+        .await;
+}
+
+/// 7c (common/both.rs): the control plane's kubelet reports an image whose registry does not
+/// resolve as a real one does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
-    let admin = admin().await;
-    let ns = "rc-image-pull";
-    namespace(&admin, ns).await;
-    let config = config_for(ns, "main", "hostname: h\nimage: registry.invalid/sshd:1");
-    ensure(&admin, &config).await.expect("the first ensure");
-    once_seen_reported_by_every_command(
-        &admin,
-        &config,
-        "the kubelet's ImagePullBackOff",
-        |f| matches!(f, Finding::ContainerWaiting { .. }),
-        &[
-            "is waiting: ImagePullBackOff",
-            "lookup registry.invalid: no such host",
-        ],
+    both::an_image_the_kubelet_cannot_pull_is_reported_with_its_message(
+        &Cluster::real("rc-image-pull").await,
     )
     .await;
 }
@@ -775,211 +665,36 @@ async fn the_policy_as_a_real_admission_webhook() {
         .unwrap();
 }
 
-/// Lets the real controllers act on an older server's bare pod: waits until the pod named
-/// `<name>` is gone (the ReplicaSet adopted it and deleted it as surplus).
-async fn surplus_deleted(kube: &Kube, ns: &str) {
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    wait_for(
-        "the ReplicaSet to delete the bare pod as surplus",
-        || async { pods.get_opt(NAME).await.unwrap().is_none().then_some(()) },
+/// 9 (common/both.rs): an older dstack server runs jobs after the upgrade. This control plane
+/// has no admission webhook for pods here, so the old server's pod is sent as the policy's
+/// mutation leaves it; the real ReplicaSet controller adopts it and deletes it as surplus.
+#[rstest::rstest]
+#[case::pre_3891_without_a_port("rc-fight-pre", Release::Pre3891, None)]
+#[case::pre_3891_with_a_port("rc-fight-pre-port", Release::Pre3891, Some(30028))]
+#[case::post_3891_without_a_port("rc-fight-post", Release::Post3891, None)]
+#[case::post_3891_with_a_port("rc-fight-post-port", Release::Post3891, Some(30025))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_servers_jobs_are_undone_by_the_real_replicaset_controller(
+    #[case] ns: &str,
+    #[case] release: Release,
+    #[case] port: Option<i32>,
+) {
+    both::an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
+        &Cluster::real(ns).await,
+        release,
+        port,
     )
     .await;
 }
 
-/// The active pods of the ReplicaSet's selector.
-async fn active_instance_pods(kube: &Kube, ns: &str) -> Vec<Pod> {
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let params =
-        kube::api::ListParams::default().labels(&format!("{}={NAME}", schema::INSTANCE_LABEL));
-    pods.list(&params)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(jumppod_host::objects::is_active)
-        .collect()
-}
-
-/// The first NodePort the real allocator hands out when none is asked for: since
-/// ServiceNodePortStaticSubrange (GA in 1.29) it picks at random above the static band
-/// reserved for ports asked for by number, `min(max(16, size/32), 128)` = 86 ports for
-/// 30000-32767, so from 30086 up.
-const DYNAMIC_NODE_PORTS: std::ops::RangeInclusive<i32> = 30086..=32767;
-
-/// Issue 9 §4 on the real control plane: an older (pre-#3891) dstack server runs jobs after the
-/// upgrade, in a cluster with the jumppod policy. This control plane has no admission webhook,
-/// so the old server's pod is sent as the policy's mutation leaves it (`jumppod::mutate`: the
-/// current labels beside its old one, Guaranteed resources). The real ReplicaSet controller
-/// adopts it and deletes it as surplus, keeping its older ready pod; the job's read by name
-/// finds nothing; each job moves the Service to a new NodePort with the old selector; `ensure`
-/// reports the fight and puts the current selector back on that NodePort.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_older_servers_jobs_are_undone_by_the_real_replicaset_controller() {
-    let kube = admin().await;
-    let ns = "rc-fight";
-    let config = config_for(ns, "main", "hostname: h");
-    ensure(&kube, &config).await.expect("ensure");
-    let first_pod = resolves(&kube, &config).await.proxy.pod;
-    let old = common::OldServer {
-        namespace: ns.into(),
-        release: common::Release::Pre3891,
-        port: None,
-        as_the_policy_mutates: true,
-    };
-    let mut ports = Vec::new();
-    for job in 0..3 {
-        let started = Instant::now();
-        let done = common::old_server_job(&kube, &old, || surplus_deleted(&kube, ns)).await;
-        eprintln!(
-            "old server job {job}: {:?} until the surplus pod was gone",
-            started.elapsed()
-        );
-        assert!(!done.untouched, "{done:?}");
-        assert!(matches!(done.pod_created, Some(Ok(_))), "{done:?}");
-        assert!(!done.found_running(), "the job fails: {done:?}");
-        let port = done
-            .service_recreated
-            .clone()
-            .unwrap()
-            .expect("the Service recreated");
-        assert!(DYNAMIC_NODE_PORTS.contains(&port), "{port}");
-        let active = active_instance_pods(&kube, ns).await;
-        let names: Vec<&str> = active
-            .iter()
-            .map(|p| jumppod_host::objects::name_of(&p.metadata))
-            .collect();
-        assert_eq!(
-            names,
-            [first_pod.as_str()],
-            "the ReplicaSet keeps its older, ready pod"
-        );
-
-        let report = ensure(&kube, &config).await.unwrap();
-        assert!(
-            report
-                .findings
-                .iter()
-                .any(|f| matches!(f, Finding::OlderServerFight { .. })),
-            "{report}"
-        );
-        assert!(
-            report.applied.iter().any(|a| a
-                .action
-                .to_string()
-                .contains(&format!("on NodePort {port} (kept"))),
-            "{report}"
-        );
-        let proxy = resolves(&kube, &config).await.proxy;
-        assert_eq!((proxy.pod.as_str(), proxy.port), (first_pod.as_str(), port));
-        ports.push(port);
-    }
-    ports.dedup();
-    assert!(ports.len() > 1, "each job moved the NodePort: {ports:?}");
-}
-
-/// A post-#3891 server (current labels, no policy needed for adoption) with `proxy_jump.port`
-/// set: the real API server gives the recreated Service the same NodePort at once (the
-/// deleted Service's port is released by its delete), so running jobs keep their proxy; the
-/// job still fails and `ensure`, with nothing to repair, reports the fight.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fixed_proxy_jump_port_keeps_the_node_port_through_an_older_servers_jobs() {
-    let kube = admin().await;
-    let ns = "rc-fight-port";
-    let config = config_for(ns, "main", "hostname: h\nport: 30025");
-    ensure(&kube, &config).await.expect("ensure");
-    let first_pod = resolves(&kube, &config).await.proxy.pod;
-    let old = common::OldServer {
-        namespace: ns.into(),
-        release: common::Release::Post3891,
-        port: Some(30025),
-        as_the_policy_mutates: false,
-    };
-    for _ in 0..2 {
-        let done = common::old_server_job(&kube, &old, || surplus_deleted(&kube, ns)).await;
-        assert!(done.service_deleted, "{done:?}");
-        assert_eq!(
-            done.service_recreated.clone().unwrap(),
-            Ok(30025),
-            "{done:?}"
-        );
-        assert!(!done.found_running(), "{done:?}");
-        let report = ensure(&kube, &config).await.unwrap();
-        assert!(report.applied.is_empty(), "{report}");
-        let fight = report
-            .findings
-            .iter()
-            .find(|f| matches!(f, Finding::OlderServerFight { .. }))
-            .unwrap_or_else(|| panic!("{report}"));
-        assert!(
-            fight
-                .to_string()
-                .contains("keep proxy_jump.port: 30025 on every server"),
-            "{fight}"
-        );
-        let proxy = resolves(&kube, &config).await.proxy;
-        assert_eq!(
-            (proxy.pod.as_str(), proxy.port),
-            (first_pod.as_str(), 30025)
-        );
-    }
-}
-
-/// Without the policy a pre-#3891 server's bare pod keeps only its old label: the real
-/// ReplicaSet controller neither adopts nor deletes it, so it runs beside the ReplicaSet's pod
-/// and the old server's later jobs find both objects by name and touch nothing.
+/// 9b (common/both.rs): without the policy a pre-#3891 server's bare pod keeps only its old
+/// label; the real ReplicaSet controller neither adopts nor deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_real_replicasets() {
-    let kube = admin().await;
-    let ns = "rc-fight-beside";
-    let config = config_for(ns, "main", "hostname: h");
-    ensure(&kube, &config).await.expect("ensure");
-    resolves(&kube, &config).await;
-    let old = common::OldServer {
-        namespace: ns.into(),
-        release: common::Release::Pre3891,
-        port: None,
-        as_the_policy_mutates: false,
-    };
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let first = common::old_server_job(&kube, &old, || async {
-        wait_for("the bare pod to run", || async {
-            pods.get_opt(NAME)
-                .await
-                .unwrap()
-                .filter(jumppod_host::objects::is_ready)
-        })
-        .await;
-        // Give the ReplicaSet controller time to act, if it would.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    })
+    both::without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets(
+        &Cluster::real("rc-fight-beside").await,
+    )
     .await;
-    assert!(first.found_running(), "{first:?}");
-    let bare = first.final_read.clone().unwrap();
-    assert_eq!(
-        jumppod_host::objects::controller_of(&bare),
-        None,
-        "not adopted"
-    );
-    let again = common::old_server_job(&kube, &old, || async {}).await;
-    assert!(again.untouched && again.found_running(), "{again:?}");
-    let report = ensure(&kube, &config).await.unwrap();
-    assert!(report.applied.is_empty(), "{report}");
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::LegacyPodRunning { .. })),
-        "{report}"
-    );
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::OlderServerFight { .. })),
-        "{report}"
-    );
-    let status = jumppod_host::status::status(&kube, &config).await.unwrap();
-    assert_eq!(status.pods.len(), 2, "{status}");
 }
 
 /// The simulator allocates NodePorts as this allocator does (host/sim/tests/api.rs pins the
@@ -1007,7 +722,7 @@ async fn the_real_allocator_hands_out_node_ports_above_the_static_band() {
             .await
             .unwrap();
         lowest = lowest.min(port);
-        assert!(DYNAMIC_NODE_PORTS.contains(&port), "{port}");
+        assert!(both::DYNAMIC_NODE_PORTS.contains(&port), "{port}");
     }
     eprintln!("lowest allocated NodePort of 100: {lowest}");
 }

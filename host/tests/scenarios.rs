@@ -10,10 +10,9 @@ use jumppod_host::apply::{self, Outcome};
 use jumppod_host::manifest::Desired;
 use jumppod_host::plan;
 use jumppod_host::{observe, resolve};
-use jumppod_sim::{Admission, AdmissionVerdict, Fault, NodeSpec, Sim, SimConfig, Taint};
+use jumppod_sim::{Fault, NodeSpec, Sim, SimConfig, Taint};
 use rstest::rstest;
 use serde_json::json;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// 1. An empty namespace (common/both.rs, on both backends).
@@ -109,61 +108,18 @@ async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_reason() {
         .await;
 }
 
-/// 7b. The ReplicaSet controller cannot create the pod (here an admission webhook refuses
-/// every pod): ensure, resolve and status report the ReplicaFailure condition's message
-/// instead of "up to date" and "run jumppod ensure".
+/// 7b. The ReplicaSet controller cannot create the pod (a LimitRange refuses it):
+/// reported with the API's message (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_the_replicaset_cannot_create_are_reported_with_the_apis_message() {
-    struct RefusePods;
-    impl Admission for RefusePods {
-        fn review(&self, request: &serde_json::Value) -> AdmissionVerdict {
-            if request["kind"]["kind"] == "Pod" {
-                AdmissionVerdict::deny("pods must come from an approved registry")
-            } else {
-                AdmissionVerdict::allow()
-            }
-        }
-    }
-    let sim = Sim::start(SimConfig {
-        admission: Some(Arc::new(RefusePods)),
-        ..sim_config()
-    })
-    .await
-    .expect("simulator");
-    let config = config("hostname: h");
-    ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    reported_by_every_command(
-        &kube(&sim).await,
-        &config,
-        |f| matches!(f, Finding::PodsRefused { .. }),
-        &[
-            "cannot create its pod (FailedCreate)",
-            "pods must come from an approved registry",
-        ],
-    )
-    .await;
+    both::pods_the_replicaset_cannot_create_are_reported(&Cluster::sim().await).await;
 }
 
-/// 7c. The kubelet cannot pull the image (its registry does not resolve): ensure, resolve and
-/// status report the container's waiting reason and the kubelet's message, not just
-/// "Pending".
+/// 7c. The kubelet cannot pull the image: reported with its message (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
-    let sim = start().await;
-    let config = config("hostname: h\nimage: registry.invalid/sshd:1");
-    ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    reported_by_every_command(
-        &kube(&sim).await,
-        &config,
-        |f| matches!(f, Finding::ContainerWaiting { .. }),
-        &[
-            "is waiting: ImagePullBackOff",
-            "lookup registry.invalid: no such host",
-        ],
-    )
-    .await;
+    both::an_image_the_kubelet_cannot_pull_is_reported_with_its_message(&Cluster::sim().await)
+        .await;
 }
 
 /// A cluster of one GPU node, tainted as the NVIDIA device plugin's docs advise.
@@ -212,37 +168,11 @@ async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
     );
 }
 
-/// 7e. A pre-#3891 pod left terminating and not Ready on a node that stopped answering (the
-/// pod may stay so for hours) does not pin the old Service: ensure replaces it with the current
-/// selector on the same NodePort, and leaves the pod itself alone.
+/// 7e. A pre-#3891 pod stranded on a dead node does not pin the old Service (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service() {
-    let sim = start().await;
-    namespace(&sim, NS);
-    let mut pod = seed_bare_pod(&sim, "Running", false);
-    pod["metadata"]["deletionTimestamp"] = json!("2026-11-30T10:00:00Z");
-    pod["metadata"]["deletionGracePeriodSeconds"] = json!(30);
-    pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"},
-        {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]);
-    sim.seed(pod);
-    seed_service(&sim, 30225, false);
-    let report = ensure(&sim, &config("")).await.unwrap();
-    assert!(
-        report
-            .findings
-            .contains(&Finding::LegacyPodStranded { pod: NAME.into() }),
-        "{report}"
-    );
-    let svc = service(&sim);
-    assert_eq!(node_port(&svc), 30225);
-    assert_eq!(
-        svc["spec"]["selector"],
-        json!({"app.kubernetes.io/instance": NAME})
-    );
-    let pod = sim
-        .get("pods", Some(NS), NAME)
-        .expect("the stranded pod is left alone");
-    assert!(pod["metadata"]["deletionTimestamp"].is_string());
+    both::a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service(Cluster::sim().await)
+        .await;
 }
 
 /// 8a. 50 concurrent `ensure` calls make one of each (common/both.rs).
@@ -267,204 +197,34 @@ async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port()
     .await;
 }
 
-/// 9. An older dstack server still running jobs after the upgrade, as it really behaves: its
-/// `run_job` reads the jump pod by exact name, never finds the ReplicaSet's pod, and on every
-/// job deletes the Service, creates it again (on a NodePort the cluster allocates unless its
-/// `proxy_jump.port` is set) and creates a bare pod `<name>`, then looks for that pod by name
-/// and fails. With the policy the bare pod is mutated into the current labels, adopted and
-/// deleted as surplus (the ReplicaSet keeps its older, ready pod); `ensure` puts the current
-/// selector back on the recreated Service's NodePort and reports the fight.
+/// 9. An older dstack server in the loop: each job recreates the Service and fails; the
+/// policy's mutation lets the ReplicaSet delete its pod as surplus (common/both.rs).
 #[rstest]
 #[case::pre_3891_without_a_port(Release::Pre3891, None)]
-#[case::pre_3891_with_a_port(Release::Pre3891, Some(32000))]
+#[case::pre_3891_with_a_port(Release::Pre3891, Some(30028))]
 #[case::post_3891_without_a_port(Release::Post3891, None)]
-#[case::post_3891_with_a_port(Release::Post3891, Some(32000))]
+#[case::post_3891_with_a_port(Release::Post3891, Some(30025))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
     #[case] release: Release,
     #[case] port: Option<i32>,
 ) {
-    let sim = start().await;
-    let config = config(&match port {
-        Some(p) => format!("hostname: h\nport: {p}"),
-        None => "hostname: h".to_owned(),
-    });
-    ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    let first_pod = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap()
-        .proxy
-        .pod;
-    let old = OldServer {
-        namespace: NS.into(),
+    both::an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
+        &Cluster::sim().await,
         release,
         port,
-        as_the_policy_mutates: false,
-    };
-    let kube = kube(&sim).await;
-    let mut ports = vec![node_port(&service(&sim)) as i32];
-    let jobs = 4;
-    for job in 0..jobs {
-        let done = old_server_job(&kube, &old, || sim.settle()).await;
-        assert!(!done.untouched, "job {job}: {done:?}");
-        assert!(done.service_deleted, "job {job}: {done:?}");
-        let created = done.pod_created.clone().unwrap();
-        assert!(created.is_ok(), "job {job}: {created:?}");
-        assert!(
-            done.final_read.is_none(),
-            "job {job}: the bare pod was deleted as surplus: {done:?}"
-        );
-        assert!(!done.found_running(), "so the older server's job fails");
-        let recreated_on = done.service_recreated.clone().unwrap().unwrap();
-        if let Some(p) = port {
-            assert_eq!(
-                recreated_on, p,
-                "a fixed proxy_jump.port keeps the NodePort"
-            );
-        }
-        // The churn of one job: the old server's pod, created and deleted; the ReplicaSet
-        // kept its ready pod and created none (a replacement would have another name).
-        let active = active_pods(&sim);
-        assert_eq!(active.len(), 1, "{active:#?}");
-        assert_eq!(active[0]["metadata"]["name"], first_pod.as_str());
-
-        let report = ensure(&sim, &config).await.unwrap();
-        assert!(
-            report
-                .findings
-                .iter()
-                .any(|f| matches!(f, Finding::OlderServerFight { .. })),
-            "{report}"
-        );
-        let svc = service(&sim);
-        assert_eq!(
-            svc["spec"]["selector"],
-            json!({"app.kubernetes.io/instance": NAME}),
-            "ensure leaves the current selector: {report}"
-        );
-        let rewritten = report
-            .applied
-            .iter()
-            .any(|a| matches!(a.action, Action::CreateService { .. }));
-        assert_eq!(rewritten, release == Release::Pre3891, "{report}");
-        assert_eq!(
-            node_port(&svc) as i32,
-            recreated_on,
-            "on the NodePort the old server's Service got"
-        );
-        sim.settle().await;
-        let proxy = resolve::resolve(&kube, &config).await.unwrap().proxy;
-        assert_eq!(
-            (proxy.pod.as_str(), proxy.port),
-            (first_pod.as_str(), recreated_on)
-        );
-        ports.push(recreated_on);
-    }
-    let distinct: std::collections::BTreeSet<i32> = ports.iter().copied().collect();
-    match port {
-        Some(_) => assert_eq!(distinct.len(), 1, "{ports:?}"),
-        // Each job allocates a new NodePort: running jobs lose their proxy each time.
-        None => assert!(distinct.len() > 1, "{ports:?}"),
-    }
+    )
+    .await;
 }
 
-/// 9b. Without the policy a pre-#3891 server's bare pod keeps its old labels: it runs beside
-/// the ReplicaSet's pod (two pods), its Service routes to it, and its next jobs find both by
-/// name and touch nothing. `ensure` keeps the old Service while that pod runs and reports the
-/// fight; once the pod is gone the Service gets the current selector on the same NodePort.
+/// 9b. Without the policy a pre-#3891 server's pod runs beside the ReplicaSet's
+/// (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets() {
-    let sim = Sim::start(SimConfig {
-        admission: None,
-        ..sim_config()
-    })
-    .await
-    .unwrap();
-    let config = config("hostname: h");
-    ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    let old = OldServer {
-        namespace: NS.into(),
-        release: Release::Pre3891,
-        port: None,
-        as_the_policy_mutates: false,
-    };
-    let kube = kube(&sim).await;
-    let first = old_server_job(&kube, &old, || sim.settle()).await;
-    assert!(first.found_running(), "its pod runs beside: {first:?}");
-    let port = first.node_port_after().unwrap();
-    assert_ne!(Some(port), first.node_port_before);
-    assert_eq!(active_pods(&sim).len(), 2);
-    for _ in 0..3 {
-        let again = old_server_job(&kube, &old, || sim.settle()).await;
-        assert!(again.untouched && again.found_running(), "{again:?}");
-    }
-    let report = ensure(&sim, &config).await.unwrap();
-    assert!(report.applied.is_empty(), "{report}");
-    let fight = report
-        .findings
-        .iter()
-        .find(|f| matches!(f, Finding::OlderServerFight { .. }))
-        .unwrap_or_else(|| panic!("{report}"));
-    let text = fight.to_string();
-    assert!(
-        report.to_string().contains(&format!("warning: {text}")),
-        "ensure prints it as a warning: {report}"
-    );
-    let json = serde_json::to_value(&report).unwrap();
-    assert!(
-        json["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["kind"] == "olderServerFight" && f["nodePort"] == port),
-        "ensure -o json: {json:#}"
-    );
-    assert!(text.contains("with the pre-#3891 selector"), "{text}");
-    assert!(
-        text.contains("a bare pod dstack-main-ssh-jump-pod (pre-#3891 labels)"),
-        "{text}"
-    );
-    assert!(
-        report.findings.contains(&Finding::LegacyServiceKept {
-            service: SVC.into(),
-            node_port: Some(port)
-        }),
-        "{report}"
-    );
-    let status = jumppod_host::status::status(&kube, &config).await.unwrap();
-    assert_eq!(status.pods.len(), 2, "{status}");
-    assert!(
-        status
-            .to_string()
-            .contains("finding: an older dstack server is running jobs"),
-        "{status}"
-    );
-    let json = serde_json::to_value(&status).unwrap();
-    assert!(
-        json["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["kind"] == "olderServerFight"),
-        "{json:#}"
-    );
-
-    // The old server is stopped and its pod goes: the Service is repaired on the same port.
-    sim.delete("pods", Some(NS), NAME);
-    let report = ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    let svc = service(&sim);
-    assert_eq!(
-        svc["spec"]["selector"],
-        json!({"app.kubernetes.io/instance": NAME}),
-        "{report}"
-    );
-    assert_eq!(node_port(&svc) as i32, port);
-    let proxy = resolve::resolve(&kube, &config).await.unwrap().proxy;
-    assert_eq!(proxy.port, port);
-    assert_eq!(active_pods(&sim).len(), 1);
+    both::without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets(
+        &Cluster::sim_without_the_policy().await,
+    )
+    .await;
 }
 
 /// 11a. Faults on each call of a first ensure: retried, end state correct.

@@ -38,6 +38,8 @@ const RBAC_USER: &str = "user-8";
 pub struct Cluster {
     backend: Backend,
     started: std::time::Instant,
+    /// Pods pass through the policy's admission on their way in.
+    mutates_pods: bool,
 }
 
 enum Backend {
@@ -65,25 +67,43 @@ impl Drop for Cluster {
 
 impl Cluster {
     pub async fn sim() -> Cluster {
-        Cluster {
-            started: std::time::Instant::now(),
-            backend: Backend::Sim(start().await),
-        }
+        Cluster::sim_with(sim_config()).await
     }
 
     /// The simulator with RBAC enforced ([`rbac_sim_config`]).
     pub async fn sim_with_rbac() -> Cluster {
-        let sim = Sim::start(rbac_sim_config()).await.unwrap();
+        Cluster::sim_with(rbac_sim_config()).await
+    }
+
+    /// The simulator without the policy's admission (the real control plane of these tests
+    /// has no webhook either, except in the webhook's own test).
+    pub async fn sim_without_the_policy() -> Cluster {
+        Cluster::sim_with(SimConfig {
+            admission: None,
+            ..sim_config()
+        })
+        .await
+    }
+
+    async fn sim_with(config: SimConfig) -> Cluster {
         Cluster {
             started: std::time::Instant::now(),
-            backend: Backend::Sim(sim),
+            mutates_pods: config.admission.is_some(),
+            backend: Backend::Sim(Sim::start(config).await.expect("simulator")),
         }
+    }
+
+    /// Whether a pod sent by an older server passes through the policy's mutation on its way
+    /// in; where it does not, the test sends it as the mutation leaves it.
+    pub fn mutates_pods(&self) -> bool {
+        self.mutates_pods
     }
 
     #[cfg(feature = "real-cluster")]
     pub async fn real(ns: impl Into<String>) -> Cluster {
         Cluster {
             started: std::time::Instant::now(),
+            mutates_pods: false,
             backend: Backend::Real {
                 kube: cluster::admin().await,
                 ns: ns.into(),
@@ -100,7 +120,15 @@ impl Cluster {
     }
 
     pub fn is_sim(&self) -> bool {
-        matches!(self.backend, Backend::Sim(_))
+        self.as_sim().is_some()
+    }
+
+    fn as_sim(&self) -> Option<&Sim> {
+        match &self.backend {
+            Backend::Sim(sim) => Some(sim),
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { .. } => None,
+        }
     }
 
     pub async fn kube(&self) -> Kube {
@@ -218,6 +246,8 @@ impl Cluster {
     pub async fn granted(&self, rules: &[Rule], refused: &[(&str, &str, &str)]) -> Kube {
         match &self.backend {
             Backend::Sim(sim) => {
+                // The simulator's authorizer reads the objects as they are written.
+                let _ = refused;
                 for o in jumppod_host::rbac::objects_with(rules, NS, "jumppod") {
                     sim.seed(o);
                 }
@@ -251,11 +281,95 @@ impl Cluster {
         }
     }
 
-    /// Leaves nothing behind on the shared real control plane.
+    /// Until `check` holds: on the real control plane, polled while its controllers and its
+    /// kubelet act; on the simulator, whose controllers act only in `settle()`, once settled.
+    pub async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        match &self.backend {
+            Backend::Sim(sim) => {
+                sim.settle().await;
+                check()
+                    .await
+                    .unwrap_or_else(|| panic!("not so once the simulator settled: {what}"))
+            }
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { .. } => cluster::wait_for(what, check).await,
+        }
+    }
+
+    /// Until `ensure` finds what `is` picks, which a controller or the kubelet writes.
+    pub async fn until_ensure_finds(&self, config: &Config, what: &str, is: fn(&Finding) -> bool) {
+        self.until(what, || async {
+            let report = self.ensure(config).await.expect("ensure");
+            report.findings.iter().any(is).then_some(())
+        })
+        .await
+    }
+
+    /// Until the object is gone (a graceful deletion ends when the kubelet confirms it).
+    pub async fn until_gone(&self, resource: &str, name: &str) {
+        let what = format!("{resource}/{name} to be gone");
+        self.until(&what, || async {
+            self.get(resource, name).await.is_none().then_some(())
+        })
+        .await
+    }
+
+    /// Deletes the object and waits until it is gone.
+    pub async fn delete(&self, resource: &str, name: &str) {
+        match &self.backend {
+            Backend::Sim(sim) => sim.delete(resource, Some(NS), name),
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { kube, ns } => cluster::delete(kube, ns, resource, name).await,
+        }
+        self.until_gone(resource, name).await;
+    }
+
+    /// A LimitRange capping each container's cpu at `max`, which the LimitRanger admission
+    /// plugin enforces on pods (the simulator plays it too).
+    pub async fn cap_container_cpu(&self, max: &str) {
+        let range = json!({"apiVersion": "v1", "kind": "LimitRange",
+            "metadata": {"name": "small", "namespace": self.ns()},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": max}}]}});
+        match &self.backend {
+            Backend::Sim(sim) => {
+                sim.create("limitranges", Some(NS), range)
+                    .expect("create the LimitRange");
+            }
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { kube, ns } => cluster::limit_range(kube, ns, range).await,
+        }
+    }
+
+    /// A pre-#3891 pod on a node whose kubelet stopped answering, deleted: it stays
+    /// terminating, not Ready. The real API server keeps a bound pod until its kubelet
+    /// confirms the deletion, so there it runs on a node of its own that no kubelet plays
+    /// (unschedulable, so that no other test's pod lands on it; `finish` removes it).
+    pub async fn seed_stranded_legacy_pod(&self) {
+        match &self.backend {
+            Backend::Sim(sim) => {
+                let mut pod = seed_bare_pod(sim, "Running", false);
+                pod["metadata"]["deletionTimestamp"] = json!("2026-11-30T10:00:00Z");
+                pod["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+                pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]);
+                sim.seed(pod);
+            }
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { kube, ns } => cluster::stranded_legacy_pod(kube, ns).await,
+        }
+    }
+
+    /// Leaves nothing behind on the shared real control plane: the namespace, the RBAC
+    /// scenario's grants, a dead node.
     pub async fn finish(self) {
         #[cfg(feature = "real-cluster")]
         if let Backend::Real { kube, ns } = &self.backend {
             cluster::revoke_and_delete(kube, ns, RBAC_USER).await;
+            cluster::remove_dead_node(kube, ns).await;
         }
     }
 
@@ -518,6 +632,81 @@ pub async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(c
     assert!(err.to_string().contains("Insufficient cpu"), "{err}");
 }
 
+/// Scenario 7b: the ReplicaSet controller cannot create the pod (a LimitRange caps cpu below
+/// the jump pod's): ensure, resolve and status report the ReplicaFailure condition's message
+/// (FailedCreate, the LimitRanger's words) instead of "up to date" and "run jumppod ensure".
+pub async fn pods_the_replicaset_cannot_create_are_reported(cluster: &Cluster) {
+    cluster.namespace().await;
+    cluster.cap_container_cpu("100m").await;
+    let config = cluster.config("hostname: h");
+    cluster.ensure(&config).await.expect("the first ensure");
+    let refused = |f: &Finding| matches!(f, Finding::PodsRefused { .. });
+    cluster
+        .until_ensure_finds(&config, "the ReplicaSet's ReplicaFailure", refused)
+        .await;
+    reported_by_every_command(
+        &cluster.kube().await,
+        &config,
+        refused,
+        &[
+            "cannot create its pod (FailedCreate)",
+            "is forbidden: maximum cpu usage per Container is 100m, but limit is 500m",
+        ],
+    )
+    .await;
+}
+
+/// Scenario 7c: the kubelet cannot pull an image whose registry does not resolve (a host under
+/// `.invalid`): ensure, resolve and status report the container's ImagePullBackOff and the
+/// runtime's message, not just "Pending".
+pub async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message(cluster: &Cluster) {
+    let config = cluster.config("hostname: h\nimage: registry.invalid/sshd:1");
+    cluster.ensure(&config).await.expect("the first ensure");
+    let waiting = |f: &Finding| matches!(f, Finding::ContainerWaiting { .. });
+    cluster
+        .until_ensure_finds(&config, "the kubelet's ImagePullBackOff", waiting)
+        .await;
+    reported_by_every_command(
+        &cluster.kube().await,
+        &config,
+        waiting,
+        &[
+            "is waiting: ImagePullBackOff",
+            "lookup registry.invalid: no such host",
+        ],
+    )
+    .await;
+}
+
+/// Scenario 7e: a pre-#3891 pod left terminating and not Ready on a node that stopped
+/// answering (it may stay so for hours) does not pin the old Service: ensure replaces it with
+/// the current selector on the same NodePort, and leaves the pod itself alone.
+pub async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service(cluster: Cluster) {
+    cluster.namespace().await;
+    cluster.seed_stranded_legacy_pod().await;
+    cluster.seed_service(30024, false).await;
+    let report = cluster.ensure(&cluster.config("")).await.expect("ensure");
+    assert!(
+        report
+            .findings
+            .contains(&Finding::LegacyPodStranded { pod: NAME.into() }),
+        "{report}"
+    );
+    let svc = cluster.service().await;
+    assert_eq!(node_port(&svc), 30024, "the same NodePort");
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME}),
+        "the current selector"
+    );
+    let pod = cluster
+        .get("pods", NAME)
+        .await
+        .expect("the stranded pod is left alone");
+    assert!(pod["metadata"]["deletionTimestamp"].is_string());
+    cluster.finish().await;
+}
+
 /// Scenario 8a: 50 concurrent `ensure` calls: one ReplicaSet, one Service, one pod, no error.
 pub async fn fifty_concurrent_ensures_make_one_of_each(cluster: &Cluster) {
     let config = cluster.config("");
@@ -532,7 +721,7 @@ pub async fn fifty_concurrent_ensures_make_one_of_each(cluster: &Cluster) {
     assert_eq!(cluster.list("services").await.len(), 1);
     cluster.settle().await;
     assert_eq!(cluster.active_pods().await.len(), 1);
-    if let Backend::Sim(sim) = &cluster.backend {
+    if let Some(sim) = cluster.as_sim() {
         let created = sim.count(|r| r.method == "POST" && r.status == 201);
         assert_eq!(
             created, 3,
@@ -629,6 +818,235 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
     .await
     .unwrap();
     assert_eq!(applied[0].outcome, Outcome::AlreadyExisted);
+}
+
+/// Scenario 9: an older dstack server still running jobs after the upgrade, as it really
+/// behaves: its `run_job` reads the jump pod by exact name, never finds the ReplicaSet's pod,
+/// and on every job deletes the Service, creates it again (on a NodePort the cluster allocates
+/// unless its `proxy_jump.port` is set) and creates a bare pod `<name>`, then looks for that pod
+/// by name and fails. The policy's mutation gives the bare pod the current labels, so the
+/// ReplicaSet controller adopts it and deletes it as surplus (it keeps its older, ready pod);
+/// `ensure` reports the fight and, for a pre-#3891 server, puts the current selector back on
+/// the recreated Service's NodePort.
+pub async fn an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
+    cluster: &Cluster,
+    release: Release,
+    port: Option<i32>,
+) {
+    let config = cluster.config(&match port {
+        Some(p) => format!("hostname: h\nport: {p}"),
+        None => "hostname: h".to_owned(),
+    });
+    cluster.ensure(&config).await.expect("ensure");
+    cluster.settle().await;
+    let first_pod = cluster.resolve(&config).await.expect("resolve").proxy.pod;
+    let old = OldServer {
+        namespace: cluster.ns().into(),
+        release,
+        port,
+        as_the_policy_mutates: !cluster.mutates_pods(),
+    };
+    let kube = cluster.kube().await;
+    let mut ports = vec![node_port(&cluster.service().await) as i32];
+    for job in 0..3 {
+        let started = std::time::Instant::now();
+        let done = old_server_job(&kube, &old, || cluster.until_gone("pods", NAME)).await;
+        println!(
+            "old server job {job}: the surplus pod gone after {:?}",
+            started.elapsed()
+        );
+        assert!(!done.untouched, "job {job}: {done:?}");
+        assert!(done.service_deleted, "job {job}: {done:?}");
+        assert!(
+            matches!(done.pod_created, Some(Ok(_))),
+            "job {job}: {done:?}"
+        );
+        assert!(
+            done.final_read.is_none(),
+            "job {job}: the bare pod was deleted as surplus: {done:?}"
+        );
+        assert!(!done.found_running(), "so the older server's job fails");
+        let recreated_on = done
+            .service_recreated
+            .clone()
+            .unwrap()
+            .expect("the Service recreated");
+        match port {
+            Some(p) => assert_eq!(
+                recreated_on, p,
+                "a fixed proxy_jump.port keeps the NodePort"
+            ),
+            None => assert!(DYNAMIC_NODE_PORTS.contains(&recreated_on), "{recreated_on}"),
+        }
+        // The churn of one job: the old server's pod, created and deleted; the ReplicaSet
+        // kept its ready pod and created none (a replacement would have another name).
+        let active = cluster.active_pods().await;
+        assert_eq!(active.len(), 1, "{active:#?}");
+        assert_eq!(active[0]["metadata"]["name"], first_pod.as_str());
+
+        let report = cluster.ensure(&config).await.expect("ensure");
+        let fight = report
+            .findings
+            .iter()
+            .find(|f| matches!(f, Finding::OlderServerFight { .. }))
+            .unwrap_or_else(|| panic!("{report}"));
+        if let Some(p) = port {
+            let advice = format!("keep proxy_jump.port: {p} on every server");
+            assert!(fight.to_string().contains(&advice), "{fight}");
+        }
+        let svc = cluster.service().await;
+        assert_eq!(
+            svc["spec"]["selector"],
+            json!({"app.kubernetes.io/instance": NAME}),
+            "ensure leaves the current selector: {report}"
+        );
+        let kept = format!("on NodePort {recreated_on} (kept");
+        let rewritten = report
+            .applied
+            .iter()
+            .any(|a| a.action.to_string().contains(&kept));
+        assert_eq!(rewritten, release == Release::Pre3891, "{report}");
+        assert_eq!(
+            node_port(&svc) as i32,
+            recreated_on,
+            "on the NodePort the old server's Service got"
+        );
+        cluster.settle().await;
+        let proxy = cluster.resolve(&config).await.expect("resolve").proxy;
+        assert_eq!(
+            (proxy.pod.as_str(), proxy.port),
+            (first_pod.as_str(), recreated_on)
+        );
+        ports.push(recreated_on);
+    }
+    let distinct: std::collections::BTreeSet<i32> = ports.iter().copied().collect();
+    match port {
+        Some(_) => assert_eq!(distinct.len(), 1, "{ports:?}"),
+        // Each job allocates a new NodePort: running jobs lose their proxy each time.
+        None => assert!(distinct.len() > 1, "{ports:?}"),
+    }
+}
+
+/// The NodePorts the allocator hands out when none is asked for: since
+/// ServiceNodePortStaticSubrange (GA in 1.29) it picks at random above the static band kept
+/// for ports asked for by number, `min(max(16, size/32), 128)` = 86 ports of 30000-32767.
+pub const DYNAMIC_NODE_PORTS: std::ops::RangeInclusive<i32> = 30086..=32767;
+
+/// Scenario 9b: without the policy a pre-#3891 server's bare pod keeps its old labels: the
+/// ReplicaSet controller neither adopts nor deletes it, so it runs beside the ReplicaSet's pod
+/// (two pods), its Service routes to it, and the server's next jobs find both by name and touch
+/// nothing. `ensure` keeps the old Service while that pod runs and reports the fight; once the
+/// pod is gone the Service gets the current selector on the same NodePort.
+pub async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets(
+    cluster: &Cluster,
+) {
+    assert!(!cluster.mutates_pods(), "a backend without the policy");
+    let config = cluster.config("hostname: h");
+    cluster.ensure(&config).await.expect("ensure");
+    cluster.settle().await;
+    let old = OldServer {
+        namespace: cluster.ns().into(),
+        release: Release::Pre3891,
+        port: None,
+        as_the_policy_mutates: false,
+    };
+    let kube = cluster.kube().await;
+    let first = old_server_job(&kube, &old, || async {
+        cluster.settle().await;
+        // Give the real ReplicaSet controller time to act, if it would.
+        if !cluster.is_sim() {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    })
+    .await;
+    assert!(first.found_running(), "its pod runs beside: {first:?}");
+    let bare = first.final_read.clone().unwrap();
+    assert_eq!(
+        jumppod_host::objects::controller_of(&bare),
+        None,
+        "not adopted"
+    );
+    let port = first.node_port_after().unwrap();
+    assert_ne!(Some(port), first.node_port_before);
+    assert_eq!(cluster.active_pods().await.len(), 2);
+    for _ in 0..2 {
+        let again = old_server_job(&kube, &old, || cluster.settle()).await;
+        assert!(again.untouched && again.found_running(), "{again:?}");
+    }
+    let report = cluster.ensure(&config).await.expect("ensure");
+    assert!(report.applied.is_empty(), "{report}");
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::LegacyPodRunning { .. })),
+        "{report}"
+    );
+    let fight = report
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::OlderServerFight { .. }))
+        .unwrap_or_else(|| panic!("{report}"));
+    let text = fight.to_string();
+    assert!(
+        report.to_string().contains(&format!("warning: {text}")),
+        "ensure prints it as a warning: {report}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(
+        json["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "olderServerFight" && f["nodePort"] == port),
+        "ensure -o json: {json:#}"
+    );
+    assert!(text.contains("with the pre-#3891 selector"), "{text}");
+    assert!(
+        text.contains("a bare pod dstack-main-ssh-jump-pod (pre-#3891 labels)"),
+        "{text}"
+    );
+    assert!(
+        report.findings.contains(&Finding::LegacyServiceKept {
+            service: SVC.into(),
+            node_port: Some(port)
+        }),
+        "{report}"
+    );
+    let status = jumppod_host::status::status(&kube, &config)
+        .await
+        .expect("status");
+    assert_eq!(status.pods.len(), 2, "{status}");
+    assert!(
+        status
+            .to_string()
+            .contains("finding: an older dstack server is running jobs"),
+        "{status}"
+    );
+    let json = serde_json::to_value(&status).unwrap();
+    assert!(
+        json["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "olderServerFight"),
+        "{json:#}"
+    );
+
+    // The old server is stopped and its pod goes: the Service is repaired on the same port.
+    cluster.delete("pods", NAME).await;
+    let report = cluster.ensure(&config).await.expect("ensure");
+    cluster.settle().await;
+    let svc = cluster.service().await;
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app.kubernetes.io/instance": NAME}),
+        "{report}"
+    );
+    assert_eq!(node_port(&svc) as i32, port);
+    let proxy = cluster.resolve(&config).await.expect("resolve").proxy;
+    assert_eq!(proxy.port, port);
+    assert_eq!(cluster.active_pods().await.len(), 1);
 }
 
 /// Scenario 10's flow, every verb of the printed rules in it: a first ensure of project

@@ -3,7 +3,10 @@
 //!
 //! NodePorts the tests ask for by number are in the static band, 30000-30085, each used by one
 //! test: the allocator picks at random from 30086 up for Services that do not ask, so another
-//! test's Service can never hold one of them first (it once did, at 30307).
+//! test's Service can never hold one of them first (it once did, at 30307). The demo on the
+//! real control plane (`tests/tests/demo.rs`) keeps 30022 for its whole story, and its
+//! namespace outlives it, so no test here may ask for 30022 (one did, and failed when the
+//! demo ran first).
 
 use super::kube_at;
 use jumppod::schema;
@@ -12,10 +15,10 @@ use jumppod_host::api::Kube;
 use jumppod_host::rbac::{self, RULES, Rule};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::future::Future;
 use std::path::PathBuf;
@@ -150,6 +153,76 @@ pub async fn service_of(kube: &Kube, ns: &str, project: &str, node_port: i32, cu
     )
     .await
     .expect("create the Service");
+}
+
+/// Deletes an object of the namespace (pods, services, replicasets), as a client does.
+pub async fn delete(kube: &Kube, ns: &str, resource: &str, name: &str) {
+    async fn one<K>(api: Api<K>, name: &str)
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        api.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete the object");
+    }
+    let c = kube.client.clone();
+    match resource {
+        "pods" => one(Api::<Pod>::namespaced(c, ns), name).await,
+        "services" => one(Api::<Service>::namespaced(c, ns), name).await,
+        "replicasets" => one(Api::<ReplicaSet>::namespaced(c, ns), name).await,
+        other => panic!("no {other} here"),
+    }
+}
+
+pub async fn limit_range(kube: &Kube, ns: &str, range: Value) {
+    Api::<LimitRange>::namespaced(kube.client.clone(), ns)
+        .create(&PostParams::default(), &typed(range))
+        .await
+        .expect("create the LimitRange");
+}
+
+/// The node of [`stranded_legacy_pod`]: one per namespace, so that tests do not share it.
+fn dead_node(ns: &str) -> String {
+    format!("{ns}-dead-node")
+}
+
+/// A pre-#3891 pod bound to a node that no kubelet plays, deleted: the API server keeps it,
+/// terminating, until a kubelet confirms, which none will.
+pub async fn stranded_legacy_pod(kube: &Kube, ns: &str) {
+    let nodes: Api<Node> = Api::all(kube.client.clone());
+    let dead = dead_node(ns);
+    nodes
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": dead}, "spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("create the node");
+    let name = schema::jump_pod_name("main");
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let old = json!({
+        "metadata": {"name": name, "labels": schema::legacy_selector(&name)},
+        "spec": {"nodeName": dead, "restartPolicy": "Never",
+                 "containers": [{"name": schema::container_name(&name), "image": schema::DEFAULT_IMAGE}]}
+    });
+    pods.create(&PostParams::default(), &typed(old))
+        .await
+        .expect("create the old pod");
+    pods.delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete the old pod");
+    let pod = pods
+        .get(&name)
+        .await
+        .expect("no kubelet confirms: the pod stays");
+    assert!(pod.metadata.deletion_timestamp.is_some());
+}
+
+/// Removes the namespace's dead node, if it made one (the pod GC then removes its pods).
+pub async fn remove_dead_node(kube: &Kube, ns: &str) {
+    let _ = Api::<Node>::all(kube.client.clone())
+        .delete(&dead_node(ns), &DeleteParams::default())
+        .await;
 }
 
 /// A pod's phase as the kubelet reports a container that ran to its end (Succeeded).
