@@ -26,7 +26,7 @@ const (
 	schedulerUser   = "system:kube-scheduler"
 	fakeKubeletUser = "jumppod:fake-kubelet"
 	mastersGroup    = "system:masters"
-	plainUserCount  = 8
+	plainUserCount  = 9
 )
 
 func newIdentity(name string, groups ...string) identity {
@@ -39,7 +39,7 @@ func newIdentity(name string, groups ...string) identity {
 
 // identities: admin and the fake kubelet are in system:masters; the
 // controller manager and scheduler rely on RBAC's bootstrap roles for their
-// well-known user names, as kubeadm clusters do; user-1..user-8 have no group
+// well-known user names, as kubeadm clusters do; user-1..user-9 have no group
 // beyond system:authenticated, so every right they have is one a test gave.
 func identities() []identity {
 	ids := []identity{
