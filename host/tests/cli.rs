@@ -1,12 +1,12 @@
-//! The real `jumppod` binary against the simulator, through a kubeconfig: commands, output
-//! formats and exit codes as users see them.
+//! The real `jumppod` binary through a kubeconfig: commands, output formats and exit codes as
+//! users see them. The cases that need a cluster run from common/both.rs, here against the
+//! simulator and in real_cluster.rs against the real control plane.
 
 mod common;
 
 use common::both::{self, Cluster, jumppod, text};
 
 use base64::Engine as _;
-use common::*;
 use serde_json::Value;
 use std::process::Output;
 
@@ -20,83 +20,10 @@ async fn ensure_then_resolve_through_the_binary() {
     both::the_binary_ensures_resolves_and_reports(&Cluster::sim().await).await;
 }
 
+/// Exit codes through the binary (common/both.rs, on both backends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_say_what_went_wrong() {
-    let sim = start().await;
-    let kc = sim.kubeconfig_path().to_str().unwrap().to_owned();
-    let base = [
-        "--kubeconfig",
-        kc.as_str(),
-        "-n",
-        "dstack",
-        "-p",
-        "main",
-        "--ssh-public-key",
-        KEY,
-    ];
-
-    // 2: configuration, naming the field and the value.
-    let out = jumppod(&[&["ensure"], &base[..], &["--cpu", "lots"]].concat()).await;
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("invalid `cpu` \"lots\""),
-        "{}",
-        text(&out)
-    );
-
-    // 3: the policy rejects it; nothing written.
-    sim.clear_requests();
-    let out = jumppod(&[&["ensure"], &base[..], &["--cpu", "50m"]].concat()).await;
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("50m"),
-        "{}",
-        text(&out)
-    );
-    assert!(writes(&sim.requests()).is_empty());
-
-    // 4: nothing provisioned.
-    let out = jumppod(&[&["resolve"], &base[..]].concat()).await;
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
-
-    // 5: forbidden, with the way out.
-    let other = sim.kubeconfig_for("nobody");
-    let sim_rbac = jumppod_sim::Sim::start(jumppod_sim::SimConfig {
-        rbac: true,
-        ..sim_config()
-    })
-    .await
-    .unwrap();
-    let nobody = sim_rbac.kubeconfig_for("nobody");
-    let out = jumppod(&[
-        "ensure",
-        "--kubeconfig",
-        nobody.to_str().unwrap(),
-        "-n",
-        "dstack",
-        "-p",
-        "main",
-        "--ssh-public-key",
-        KEY,
-        "-o",
-        "json",
-    ])
-    .await;
-    assert_eq!(out.status.code(), Some(5), "{}", text(&out));
-    let err = &json_of(&out)["error"];
-    assert_eq!(err["kind"], "api");
-    assert!(
-        err["message"]
-            .as_str()
-            .unwrap()
-            .contains("jumppod rbac --namespace dstack"),
-        "{err}"
-    );
-    drop(other);
-
-    // 2: usage.
-    let out = jumppod(&["ensure", "--port", "x"]).await;
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    both::exit_codes_say_what_went_wrong(&Cluster::sim_with_rbac().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,107 +265,8 @@ async fn eval_of_several_files_answers_one_line_each_in_order() {
     assert_eq!(lines[1]["allowed"], true);
 }
 
-/// `jumppod keys` as dstack or an operator calls it: a key as an argument, from stdin or a
-/// file; the list with the fingerprints `ssh-keygen -l` prints; removal by key; bad input
-/// named with exit code 2 and nothing written.
+/// `jumppod keys` through the binary (common/both.rs, on both backends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_added_listed_and_removed_through_the_binary() {
-    let sim = start().await;
-    namespace(&sim, NS);
-    let kc = sim.kubeconfig_path().to_str().unwrap().to_owned();
-    let target = ["--kubeconfig", kc.as_str(), "-n", NS, "-p", "main"];
-    let with = |args: &[&str]| -> Vec<String> {
-        args.iter().chain(&target).map(|s| s.to_string()).collect()
-    };
-
-    let run = |args: Vec<String>| async move {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        jumppod(&args).await
-    };
-    let out = run(with(&["keys", "add", ALICE, "--name", "alice"])).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout
-            .contains("key alice in secret dstack/dstack-main-ssh-jump-pod-authorized-keys: added"),
-        "{}",
-        text(&out)
-    );
-    assert!(stdout.contains("about 70 seconds"), "{}", text(&out));
-
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
-        .args(with(&["keys", "add", "-"]))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use tokio::io::AsyncWriteExt as _;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{BOB}\n").as_bytes())
-        .await
-        .unwrap();
-    let out = child.wait_with_output().await.unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-
-    let out = run(with(&["keys", "list", "-o", "json"])).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let list = json_of(&out);
-    let entries = list["entries"].as_array().unwrap();
-    let names: Vec<&str> = entries
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names.len(), 2);
-    assert!(
-        names.contains(&"alice") && names.iter().any(|n| n.starts_with("key-")),
-        "{names:?}"
-    );
-    let alice = entries.iter().find(|e| e["name"] == "alice").unwrap();
-    // What `ssh-keygen -lf` (OpenSSH 9.2) prints for ALICE.
-    assert_eq!(
-        alice["fingerprint"],
-        "SHA256:pNpnj+bt0Ij47gSKdxSbHEbm2WLXU4wkQdw5c8pbOM4"
-    );
-
-    let out = run(with(&["keys", "remove", ALICE])).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("key alice in secret"),
-        "{}",
-        text(&out)
-    );
-
-    let before = sim.requests().len();
-    let dir = std::env::temp_dir().join(format!("jumppod-cli-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let private = dir.join("id_ed25519");
-    std::fs::write(&private, "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n").unwrap();
-    for (args, says) in [
-        (
-            vec!["keys", "add", "--key-file", private.to_str().unwrap()],
-            "is a private key",
-        ),
-        (
-            vec!["keys", "add", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"],
-            "invalid `key`",
-        ),
-        (
-            vec!["keys", "add", ALICE, "--name", "a/b"],
-            "invalid `--name` \"a/b\"",
-        ),
-    ] {
-        let out = run(with(&args)).await;
-        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(says), "{}", text(&out));
-        assert!(
-            !stderr.contains("b3BlbnNzaC1rZXktdjEAAAAA"),
-            "a private key is never echoed"
-        );
-    }
-    assert_eq!(sim.requests().len(), before, "bad input reaches no API");
-    let _ = std::fs::remove_dir_all(&dir);
+    both::keys_are_added_listed_and_removed_through_the_binary(&Cluster::sim().await).await;
 }

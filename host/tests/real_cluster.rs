@@ -665,6 +665,19 @@ async fn the_policy_as_a_real_admission_webhook() {
         .unwrap();
 }
 
+/// The CLI's exit codes (common/both.rs); 5 as `user-9`, whom no test grants anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_say_what_went_wrong() {
+    both::exit_codes_say_what_went_wrong(&Cluster::real("rc-cli-exit").await).await;
+}
+
+/// `jumppod keys` through the binary (common/both.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_added_listed_and_removed_through_the_binary() {
+    both::keys_are_added_listed_and_removed_through_the_binary(&Cluster::real("rc-cli-keys").await)
+        .await;
+}
+
 /// 9 (common/both.rs): an older dstack server runs jobs after the upgrade. This control plane
 /// has no admission webhook for pods here, so the old server's pod is sent as the policy's
 /// mutation leaves it; the real ReplicaSet controller adopts it and deletes it as surplus.
