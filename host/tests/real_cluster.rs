@@ -665,6 +665,24 @@ async fn the_policy_as_a_real_admission_webhook() {
         .unwrap();
 }
 
+/// 12 (common/both.rs): a configuration below the floor; nothing written, no namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write() {
+    both::a_config_below_the_floor_is_rejected_by_the_policy_before_any_write(
+        &Cluster::real("rc-below-floor").await,
+    )
+    .await;
+}
+
+/// Drift (common/both.rs): older resources reported, not rewritten, in 2 reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
+    both::a_replicaset_with_older_resources_is_reported_not_rewritten(
+        &Cluster::real("rc-drift").await,
+    )
+    .await;
+}
+
 /// The CLI's exit codes (common/both.rs); 5 as `user-9`, whom no test grants anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_say_what_went_wrong() {

@@ -428,42 +428,20 @@ async fn a_pod_replaced_between_observe_and_apply_is_not_deleted() {
     assert_eq!(uid(&pod), uid(&replacement));
 }
 
-/// 12. A configuration below the floor: rejected by the policy before any write.
+/// 12. A configuration below the floor: rejected by the policy before any write
+/// (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write() {
-    let sim = start().await;
-    let (result, records) = requests_of(&sim, ensure(&sim, &config("cpu: 50m"))).await;
-    let err = result.unwrap_err();
-    assert_eq!(err.exit_code(), 3);
-    let text = err.to_string();
-    assert!(
-        text.contains("cpu") && text.contains("50m") && text.contains("100m"),
-        "{text}"
-    );
-    assert!(text.contains("nothing was written"), "{text}");
-    assert_eq!(writes(&records), Vec::<String>::new());
-    assert!(sim.get("namespaces", None, NS).is_none());
+    both::a_config_below_the_floor_is_rejected_by_the_policy_before_any_write(
+        &Cluster::sim().await,
+    )
+    .await;
 }
 
-/// Drift: a ReplicaSet with older resources is reported with kubectl commands, not rewritten.
+/// Drift: reported with kubectl commands, not rewritten (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
-    let sim = start().await;
-    ensure(&sim, &config("cpu: 250m")).await.unwrap();
-    sim.settle().await;
-    let (report, records) = requests_of(&sim, ensure(&sim, &config(""))).await;
-    let report = report.unwrap();
-    assert_eq!(writes(&records), Vec::<String>::new());
-    assert!(records.len() <= 2);
-    let text = report.to_string();
-    assert!(
-        text.contains("resources.requests.cpu: found 250m, configured 500m"),
-        "{text}"
-    );
-    assert!(
-        text.contains("kubectl -n dstack set resources replicaset dstack-main-ssh-jump-pod"),
-        "{text}"
-    );
+    both::a_replicaset_with_older_resources_is_reported_not_rewritten(&Cluster::sim().await).await;
 }
 
 /// Nodes with taints and a node selector: the pod lands where the configuration says.

@@ -291,6 +291,19 @@ impl Cluster {
         }
     }
 
+    /// Whether the scenario's namespace exists.
+    pub async fn namespace_exists(&self) -> bool {
+        match &self.backend {
+            Backend::Sim(sim) => sim.get("namespaces", None, NS).is_some(),
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { kube, ns } => {
+                let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+                    kube::Api::all(kube.client.clone());
+                api.get_opt(ns).await.expect("read the namespace").is_some()
+            }
+        }
+    }
+
     /// Until `check` holds: on the real control plane, polled while its controllers and its
     /// kubelet act; on the simulator, whose controllers act only in `settle()`, once settled.
     pub async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> T
@@ -715,6 +728,53 @@ pub async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service
         .expect("the stranded pod is left alone");
     assert!(pod["metadata"]["deletionTimestamp"].is_string());
     cluster.finish().await;
+}
+
+/// Scenario 12: a configuration below the floor is rejected by the policy before any write,
+/// naming the field, the value and the floor.
+pub async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write(
+    cluster: &Cluster,
+) {
+    let (result, requests) = cluster
+        .requests_of(cluster.ensure(&cluster.config("cpu: 50m")))
+        .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.exit_code(), 3);
+    let text = err.to_string();
+    assert!(
+        text.contains("cpu") && text.contains("50m") && text.contains("100m"),
+        "{text}"
+    );
+    assert!(text.contains("nothing was written"), "{text}");
+    let writes: Vec<&String> = requests.iter().filter(|r| is_write(r)).collect();
+    assert_eq!(writes, Vec::<&String>::new());
+    assert!(!cluster.namespace_exists().await);
+}
+
+/// Drift: a ReplicaSet with older resources is reported with kubectl commands, not rewritten;
+/// the steady state still costs 2 reads.
+pub async fn a_replicaset_with_older_resources_is_reported_not_rewritten(cluster: &Cluster) {
+    cluster
+        .ensure(&cluster.config("cpu: 250m"))
+        .await
+        .expect("the first ensure");
+    cluster.settle().await;
+    let (report, requests) = cluster
+        .requests_of(cluster.ensure(&cluster.config("")))
+        .await;
+    let report = report.expect("ensure");
+    assert!(requests.len() <= 2, "{requests:#?}");
+    assert!(!requests.iter().any(|r| is_write(r)), "{requests:#?}");
+    let text = report.to_string();
+    assert!(
+        text.contains("resources.requests.cpu: found 250m, configured 500m"),
+        "{text}"
+    );
+    let command = format!(
+        "kubectl -n {} set resources replicaset {NAME}",
+        cluster.ns()
+    );
+    assert!(text.contains(&command), "{text}");
 }
 
 /// Scenario 8a: 50 concurrent `ensure` calls: one ReplicaSet, one Service, one pod, no error.
