@@ -20,11 +20,10 @@ use jumppod_host::action::{Action, Finding};
 use jumppod_host::api::Kube;
 use jumppod_host::apply::{self, Outcome};
 use jumppod_host::config::{Config, RawConfig};
-use jumppod_host::keys::{self, Change};
-use jumppod_host::manifest::{Desired, KEYS_MOUNT, keys_secret_name};
+use jumppod_host::manifest::Desired;
 use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -242,71 +241,28 @@ async fn the_printed_rbac_rules_are_enough() {
     cluster.finish().await;
 }
 
-/// Issue 9 §1 with the real ReplicaSet controller: a key added through `jumppod keys` is in the
-/// Secret the replacement of an evicted pod mounts; a removed key is gone from it. (What sshd
-/// then does with the mounted Secret is proven under a real sshd: tests/sshd.rs.)
+/// Issue 9 §1 with the real ReplicaSet controller (common/both.rs): a key added through
+/// `jumppod keys` is in the Secret the replacement of an evicted pod mounts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_added_is_mounted_by_the_pod_that_replaces_an_evicted_one() {
-    let admin = admin().await;
-    let ns = "rc-keys";
-    namespace(&admin, ns).await;
-    let config = config_for(ns, "main", "hostname: h");
-    ensure(&admin, &config).await.unwrap();
-    let first = resolves(&admin, &config).await.proxy.pod;
-    let added = keys::change(
-        &admin,
-        &config,
-        &Change::add(common::ALICE, Some("alice")).unwrap(),
+    both::a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_gone(
+        &Cluster::real("rc-keys").await,
     )
-    .await
-    .unwrap();
-    assert_eq!(added.outcome, keys::Outcome::Added);
-
-    evict(&admin, ns, &first).await;
-    let second = wait_for("a replacement pod", || async {
-        resolve::resolve(&admin, &config)
-            .await
-            .ok()
-            .map(|r| r.proxy.pod)
-            .filter(|p| *p != first)
-    })
     .await;
-    let pod = Api::<Pod>::namespaced(admin.client.clone(), ns)
-        .get(&second)
-        .await
-        .unwrap();
-    let spec = pod.spec.unwrap();
-    let volume = spec
-        .volumes
-        .unwrap()
-        .into_iter()
-        .find(|v| v.secret.is_some())
-        .unwrap();
-    let secret_name = volume.secret.unwrap().secret_name.unwrap();
-    assert_eq!(secret_name, keys_secret_name(NAME));
-    let mounts = spec.containers[0].volume_mounts.clone().unwrap();
-    assert!(
-        mounts
-            .iter()
-            .any(|m| m.name == volume.name && m.mount_path == KEYS_MOUNT),
-        "{mounts:?}"
-    );
-    let secrets: Api<Secret> = Api::namespaced(admin.client.clone(), ns);
-    let data = secrets.get(&secret_name).await.unwrap().data.unwrap();
-    let line = String::from_utf8(data["alice"].0.clone()).unwrap();
-    assert_eq!(line, format!("command=\"/bin/false\" {}\n", common::ALICE));
+}
 
-    let removed = keys::change(&admin, &config, &Change::remove(common::ALICE).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(removed.outcome, keys::Outcome::Removed);
-    let data = secrets
-        .get(&secret_name)
-        .await
-        .unwrap()
-        .data
-        .unwrap_or_default();
-    assert!(!data.contains_key("alice"), "{data:?}");
+/// The same key again: one read, no write, in the audit log (common/both.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_again_costs_one_read_and_no_write() {
+    both::the_same_key_again_costs_one_read_and_no_write(&Cluster::real("rc-keys-again").await)
+        .await;
+}
+
+/// Eight hosts adding keys at once against the real API server's optimistic concurrency
+/// (common/both.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_added_concurrently_are_all_kept() {
+    both::keys_added_concurrently_are_all_kept(&Cluster::real("rc-keys-race").await).await;
 }
 
 /// A ReplicaSet of a jumppod before `keys` is drift; the printed strategic patch, run with

@@ -15,7 +15,7 @@ use jumppod_host::api::Kube;
 use jumppod_host::rbac::{self, RULES, Rule};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -239,7 +239,7 @@ pub async fn set_phase(kube: &Kube, ns: &str, name: &str, phase: &str) {
     .expect("set the pod's phase");
 }
 
-/// An object of the namespace as JSON (pods, services, replicasets), None when absent.
+/// An object of the namespace as JSON (pods, services, replicasets, secrets), None when absent.
 pub async fn get(kube: &Kube, ns: &str, resource: &str, name: &str) -> Option<Value> {
     async fn one<K>(api: Api<K>, name: &str) -> Option<Value>
     where
@@ -257,6 +257,7 @@ pub async fn get(kube: &Kube, ns: &str, resource: &str, name: &str) -> Option<Va
         "pods" => one(Api::<Pod>::namespaced(c, ns), name).await,
         "services" => one(Api::<Service>::namespaced(c, ns), name).await,
         "replicasets" => one(Api::<ReplicaSet>::namespaced(c, ns), name).await,
+        "secrets" => one(Api::<Secret>::namespaced(c, ns), name).await,
         other => panic!("no {other} here"),
     }
 }
