@@ -7,7 +7,6 @@ mod common;
 use common::both::{self, Cluster, SA_USER};
 use common::*;
 use jumppod_host::rbac::{self, RULES, Rule};
-use jumppod_host::{HostError, resolve};
 use jumppod_sim::Sim;
 use serde_json::{Value, json};
 
@@ -21,29 +20,6 @@ fn grant(sim: &Sim, objects: Vec<Value>) {
     }
 }
 
-/// Every verb of the printed rules in one flow: a first ensure of project `fresh` (get
-/// replicasets, services, namespaces, pods; list pods; create replicasets, services), the
-/// upgrade of project `main` (delete pods, delete services), `resolve` without a hostname
-/// (get and list nodes), and a user's key added, another added, one removed (get, create and
-/// patch secrets).
-async fn full_flow(sim: &Sim) -> Result<(), HostError> {
-    let kube = kube_at(&sim.kubeconfig_for(SA_USER)).await;
-    let fresh = config_for(NS, "fresh", "");
-    jumppod_host::ensure(&kube, &fresh, &gate()).await?;
-    jumppod_host::ensure(&kube, &config(""), &gate()).await?;
-    keys_flow(&kube, &fresh).await?;
-    sim.settle().await;
-    let proxy = resolve::resolve(&kube, &fresh).await?.proxy;
-    assert_eq!(proxy.hostname, "203.0.113.2");
-    Ok(())
-}
-
-fn seed_world(sim: &Sim) {
-    namespace(sim, NS);
-    seed_bare_pod(sim, "Failed", false);
-    seed_service(sim, 30300, false);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_rules_are_enough() {
     both::the_printed_rules_are_enough(&Cluster::sim_with_rbac().await).await;
@@ -54,16 +30,13 @@ async fn the_printed_rules_are_enough() {
     assert_eq!(docs[1..], rbac::objects(NS, "jumppod")[..]);
 }
 
+/// Without any RBAC object (common/both.rs, on both backends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant() {
-    let sim = rbac_sim().await;
-    seed_world(&sim);
-    let err = full_flow(&sim).await.unwrap_err();
-    assert_eq!(err.exit_code(), 5);
-    assert!(
-        err.to_string().contains("jumppod rbac --namespace dstack"),
-        "{err}"
-    );
+    both::without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant(
+        &Cluster::sim_with_rbac().await,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -639,6 +639,15 @@ async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
     .await;
 }
 
+/// Scenario 10 without any RBAC object, as `user-9` (common/both.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant() {
+    both::without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant(
+        &Cluster::real("rc-rbac-none").await,
+    )
+    .await;
+}
+
 /// The CLI's exit codes (common/both.rs); 5 as `user-9`, whom no test grants anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_say_what_went_wrong() {

@@ -1149,6 +1149,21 @@ pub async fn the_printed_rules_are_enough(cluster: &Cluster) {
         .unwrap();
 }
 
+/// Scenario 10 without any RBAC object: the first request is forbidden (exit 5), and the
+/// error says what to grant. On the simulator RBAC must be on.
+pub async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant(
+    cluster: &Cluster,
+) {
+    cluster.namespace().await;
+    cluster.seed_bare_pod("Failed", false).await;
+    cluster.seed_service(30069, false).await;
+    let nobody = kube_at(&cluster.nobody_kubeconfig()).await;
+    let err = rbac_flow(cluster, &nobody).await.unwrap_err();
+    assert_eq!(err.exit_code(), 5, "{err}");
+    let way_out = format!("jumppod rbac --namespace {}", cluster.ns());
+    assert!(err.to_string().contains(&way_out), "{err}");
+}
+
 /// The policy's floors, so that many namespaces of pods fit the real control plane's nodes.
 const SMALL: &str = "cpu: 100m\nmemory: 32Mi";
 
