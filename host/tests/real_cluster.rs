@@ -11,23 +11,19 @@
 mod common;
 
 use common::both::{self, Cluster};
-use common::cluster::{
-    admin, admin_kubeconfig, bare_pod, cluster_dir, evict, namespace, typed, wait_for,
-};
+use common::cluster::{admin, admin_kubeconfig, cluster_dir, namespace, typed, wait_for};
 use common::{Release, config_for};
 use jumppod::schema;
-use jumppod_host::action::{Action, Finding};
+use jumppod_host::action::Finding;
 use jumppod_host::api::Kube;
-use jumppod_host::apply::{self, Outcome};
 use jumppod_host::config::{Config, RawConfig};
 use jumppod_host::manifest::Desired;
-use jumppod_host::{EnsureReport, Gate, HostError, observe, plan, resolve};
+use jumppod_host::{EnsureReport, Gate, HostError, resolve};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
 
 use common::{KEY, NAME};
 
@@ -151,50 +147,13 @@ async fn the_real_replicaset_controller_adopts_a_bare_pod_with_the_current_label
     both::a_running_bare_pod_with_current_labels_is_adopted(&Cluster::real("rc-adopt").await).await;
 }
 
-/// The real registry refuses a delete whose uid precondition no longer holds with 409
-/// `Operation cannot be fulfilled on pods "x": the UID in the precondition (...) does not
-/// match the UID in record (...)`: the host must take it for "replaced meanwhile", not retry.
+/// 11e (common/both.rs): the real registry refuses a delete whose uid precondition no longer
+/// holds with 409 `Operation cannot be fulfilled on pods "x": the UID in the precondition (...)
+/// does not match the UID in record (...)`; the host takes it for "replaced meanwhile".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_replaced_between_observe_and_apply_is_left_alone() {
-    let kube = admin().await;
-    let ns = "rc-race";
-    let config = config_for(ns, "main", "");
-    namespace(&kube, ns).await;
-    bare_pod(&kube, ns, true).await;
-    evict(&kube, ns, NAME).await;
-    let observed = observe::for_ensure(&kube, &config).await.unwrap();
-    let planned = plan::plan(&config, &Desired::from_config(&config), &observed);
-    assert!(
-        planned
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::DeletePod { .. })),
-        "{:?}",
-        planned.actions
-    );
-    // Meanwhile an older dstack recreates its pod under the same name.
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    pods.delete(NAME, &DeleteParams::default().grace_period(0))
-        .await
-        .unwrap();
-    wait_for("the evicted pod to be gone", || async {
-        pods.get_opt(NAME).await.unwrap().is_none().then_some(())
-    })
-    .await;
-    let replacement = bare_pod(&kube, ns, true).await;
-    let started = Instant::now();
-    let applied = apply::apply(&kube, ns, &planned.actions).await.unwrap();
-    let delete = applied
-        .iter()
-        .find(|a| matches!(a.action, Action::DeletePod { .. }))
-        .unwrap();
-    assert_eq!(delete.outcome, Outcome::ReplacedMeanwhile);
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "a refused precondition is permanent, not retried until the deadline"
-    );
-    let pod = pods.get(NAME).await.expect("the new pod survives");
-    assert_eq!(pod.metadata.uid, replacement.metadata.uid);
+    both::a_pod_replaced_between_observe_and_apply_is_left_alone(&Cluster::real("rc-race").await)
+        .await;
 }
 
 /// `dstack-<project>-ssh-jump-pod-container` must be a DNS-1123 label: a project of 33

@@ -5,11 +5,8 @@ mod common;
 
 use common::both::{self, Cluster};
 use common::*;
-use jumppod_host::action::{Action, Finding};
-use jumppod_host::apply::{self, Outcome};
-use jumppod_host::manifest::Desired;
-use jumppod_host::plan;
-use jumppod_host::{observe, resolve};
+use jumppod_host::action::Finding;
+use jumppod_host::resolve;
 use jumppod_sim::{Fault, NodeSpec, Sim, SimConfig, Taint};
 use rstest::rstest;
 use serde_json::json;
@@ -396,36 +393,11 @@ async fn an_api_down_past_the_deadline_is_reported() {
     assert!(writes(&sim.requests()).is_empty());
 }
 
-/// 11e. Nothing deleted by mistake: a legacy pod replaced between observe and apply survives
-/// (the delete carries the uid it was decided on).
+/// 11e. Nothing deleted by mistake: a pod replaced between observe and apply survives
+/// (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_replaced_between_observe_and_apply_is_not_deleted() {
-    let sim = start().await;
-    namespace(&sim, NS);
-    seed_bare_pod(&sim, "Failed", true);
-    seed_service(&sim, 30226, true);
-    let config = config("");
-    let kube = kube(&sim).await;
-    let observed = observe::for_ensure(&kube, &config).await.unwrap();
-    let plan = plan::plan(&config, &Desired::from_config(&config), &observed);
-    assert!(
-        plan.actions
-            .iter()
-            .any(|a| matches!(a, Action::DeletePod { .. }))
-    );
-    // Meanwhile the older release recreates its pod under the same name.
-    sim.delete("pods", Some(NS), NAME);
-    let replacement = seed_bare_pod(&sim, "Running", true);
-    let applied = apply::apply(&kube, NS, &plan.actions).await.unwrap();
-    let delete = applied
-        .iter()
-        .find(|a| a.action.to_string().starts_with("delete pod"))
-        .unwrap();
-    assert_eq!(delete.outcome, Outcome::ReplacedMeanwhile);
-    let pod = sim
-        .get("pods", Some(NS), NAME)
-        .expect("the new pod survives");
-    assert_eq!(uid(&pod), uid(&replacement));
+    both::a_pod_replaced_between_observe_and_apply_is_left_alone(&Cluster::sim().await).await;
 }
 
 /// 12. A configuration below the floor: rejected by the policy before any write

@@ -777,6 +777,54 @@ pub async fn a_replicaset_with_older_resources_is_reported_not_rewritten(cluster
     assert!(text.contains(&command), "{text}");
 }
 
+/// Scenario 11e: nothing deleted by mistake. A finished bare pod replaced under the same name
+/// between observe and apply survives: the delete carries the uid it was decided on, and the
+/// refusal (the real registry's 409 `the UID in the precondition ... does not match`) is taken
+/// for "replaced meanwhile" at once, not retried.
+pub async fn a_pod_replaced_between_observe_and_apply_is_left_alone(cluster: &Cluster) {
+    use jumppod_host::action::Action;
+    use jumppod_host::apply::{Outcome, apply};
+    use jumppod_host::manifest::Desired;
+    use jumppod_host::{observe, plan};
+    cluster.namespace().await;
+    cluster.seed_bare_pod("Failed", true).await;
+    let config = cluster.config("");
+    let kube = cluster.kube().await;
+    let observed = observe::for_ensure(&kube, &config).await.expect("observe");
+    let planned = plan::plan(&config, &Desired::from_config(&config), &observed);
+    let deletes_the_pod = |a: &Action| matches!(a, Action::DeletePod { .. });
+    assert!(
+        planned.actions.iter().any(deletes_the_pod),
+        "{:?}",
+        planned.actions
+    );
+    // Meanwhile an older dstack recreates its pod under the same name.
+    cluster.delete("pods", NAME).await;
+    let replacement = cluster.seed_bare_pod("Running", true).await;
+    let (applied, requests) = cluster
+        .requests_of(apply(&kube, cluster.ns(), &planned.actions))
+        .await;
+    let applied = applied.expect("apply");
+    let delete = applied
+        .iter()
+        .find(|a| deletes_the_pod(&a.action))
+        .expect("the delete was tried");
+    assert_eq!(delete.outcome, Outcome::ReplacedMeanwhile);
+    let pod_deletes = requests
+        .iter()
+        .filter(|r| r.to_lowercase().starts_with("delete ") && r.contains("/pods/"))
+        .count();
+    assert_eq!(
+        pod_deletes, 1,
+        "a refused precondition is not retried: {requests:#?}"
+    );
+    let pod = cluster
+        .get("pods", NAME)
+        .await
+        .expect("the new pod survives");
+    assert_eq!(pod["metadata"]["uid"], replacement["metadata"]["uid"]);
+}
+
 /// Scenario 8a: 50 concurrent `ensure` calls: one ReplicaSet, one Service, one pod, no error.
 pub async fn fifty_concurrent_ensures_make_one_of_each(cluster: &Cluster) {
     let config = cluster.config("");
