@@ -27,6 +27,13 @@ import (
 // touching the node's pods, until the annotation is removed.
 const notReadyAnnotation = "jumppod.test/not-ready"
 
+// playLabel=true on a Node a test creates makes the fake kubelet play it as it
+// plays node-1..N: it posts Ready, renews its Lease and runs the pods bound to
+// it. The test gives the node what the scenario needs (labels, taints,
+// capacity, addresses), so no other test's pod lands on it unless it
+// tolerates its taints, and it may delete it.
+const playLabel = "jumppod.test/fake-kubelet"
+
 // Intervals of a real kubelet: the Lease is renewed every 10s and lasts 40s
 // (kubelet's nodeLeaseDurationSeconds); node-lifecycle marks a node
 // Unknown once its Lease is older than --node-monitor-grace-period.
@@ -58,6 +65,7 @@ type fakeKubelet struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 	mu     sync.Mutex
 	states map[string]*nodeState
+	played int                              // nodes adopted through playLabel
 	leases map[string]*coordinationv1.Lease // last written, per node
 }
 
@@ -247,17 +255,28 @@ func (k *fakeKubelet) nodeChanged(obj any) {
 	}
 	k.mu.Lock()
 	st, mine := k.states[node.Name]
+	adopted := !mine && node.Labels[playLabel] == "true"
+	if adopted {
+		// Pod IPs 10.244.<index>.x: after the registered nodes, within an octet.
+		st = &nodeState{index: k.shape.count + 1 + k.played%(250-k.shape.count), nextIP: 2}
+		k.played++
+		k.states[node.Name] = st
+		mine = true
+	}
 	if !mine || st.deleted {
 		k.mu.Unlock()
 		return
 	}
 	wantNotReady := node.Annotations[notReadyAnnotation] == "true"
-	changed := wantNotReady != st.notReady
+	changed := adopted || wantNotReady != st.notReady
 	st.notReady = wantNotReady
 	k.mu.Unlock()
 
 	ready := nodeReady(node)
 	switch {
+	case adopted:
+		k.log.Printf("node %s: %s=true, playing its kubelet", node.Name, playLabel)
+		k.enqueueNodePods(node.Name)
 	case changed && wantNotReady:
 		k.log.Printf("node %s: %s=true, reporting NotReady and stopping heartbeats", node.Name, notReadyAnnotation)
 	case changed:
@@ -327,10 +346,9 @@ func (k *fakeKubelet) liveNodes() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var names []string
-	for i := 1; i <= k.shape.count; i++ {
-		st := k.states[nodeName(i)]
+	for name, st := range k.states {
 		if !st.notReady && !st.deleted {
-			names = append(names, nodeName(i))
+			names = append(names, name)
 		}
 	}
 	return names

@@ -249,3 +249,50 @@ func TestPullBackOffStatusIsWhatAKubeletReports(t *testing.T) {
 		t.Fatalf("message %q does not give the runtime's error", w.Message)
 	}
 }
+
+// A node a test creates with playLabel is played too: its pods run with IPs
+// of their own /24, it gets a Lease and is reported Ready; an unlabelled
+// node stays the test's.
+func TestFakeKubeletPlaysANodeLabelledForIt(t *testing.T) {
+	played := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", Labels: map[string]string{playLabel: "true"}}}
+	client := fake.NewClientset(boundPod("on-gpu", "gpu-1"), boundPod("on-plain", "plain-1"))
+	shape := nodeShape{count: 1, cpu: resource.MustParse("2"), memory: resource.MustParse("4Gi")}
+	k := newFakeKubelet(client, shape, log.New(io.Discard, "", 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() { errs <- k.run(ctx) }()
+	for _, n := range []*corev1.Node{played, {ObjectMeta: metav1.ObjectMeta{Name: "plain-1"}}} {
+		if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods("ns").Get(ctx, "on-gpu", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the pod on the played node to run: %v", err)
+	}
+	p, _ := client.CoreV1().Pods("ns").Get(ctx, "on-gpu", metav1.GetOptions{})
+	if p.Status.PodIP != "10.244.2.2" {
+		t.Errorf("first pod IP of the first played node = %q, want 10.244.2.2", p.Status.PodIP)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "gpu-1", metav1.GetOptions{})
+		_, lerr := client.CoordinationV1().Leases(leaseNamespace).Get(ctx, "gpu-1", metav1.GetOptions{})
+		return err == nil && nodeReady(n) && lerr == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the played node's Ready and Lease: %v", err)
+	}
+	plain, _ := client.CoreV1().Pods("ns").Get(ctx, "on-plain", metav1.GetOptions{})
+	if plain.Status.Phase != corev1.PodPending {
+		t.Errorf("a pod on an unlabelled node was touched: %s", plain.Status.Phase)
+	}
+	cancel()
+	if err := <-errs; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}

@@ -607,6 +607,23 @@ async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_gr
     .await;
 }
 
+/// 6b (common/both.rs): on two nodes of the test's own, played by the fake kubelet; the
+/// replacement comes after the pod GC's quarantine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicasets_pod_is_replaced_on_the_same_node_port_after_its_node_is_removed() {
+    both::the_replicasets_pod_is_replaced_after_its_node_is_removed(
+        Cluster::real("rc-node-gone").await,
+    )
+    .await;
+}
+
+/// 7d (common/both.rs): a GPU node of the test's own, tainted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
+    both::gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes(Cluster::real("rc-gpu").await)
+        .await;
+}
+
 /// The CLI's exit codes (common/both.rs); 5 as `user-9`, whom no test grants anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_say_what_went_wrong() {

@@ -5,9 +5,8 @@ mod common;
 
 use common::both::{self, Cluster};
 use common::*;
-use jumppod_host::action::Finding;
 use jumppod_host::resolve;
-use jumppod_sim::{Fault, NodeSpec, Sim, SimConfig, Taint};
+use jumppod_sim::{Fault, NodeSpec, SimConfig};
 use rstest::rstest;
 use serde_json::json;
 use std::time::Duration;
@@ -78,24 +77,7 @@ async fn the_replicasets_pod_is_replaced_on_the_same_node_port_after_an_eviction
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replicasets_pod_is_replaced_on_the_same_node_port_after_its_node_is_removed() {
-    let sim = start().await;
-    let config = config("hostname: h");
-    ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    let before = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap()
-        .proxy;
-    let pod = sim.get("pods", Some(NS), &before.pod).unwrap();
-    sim.remove_node(pod["spec"]["nodeName"].as_str().unwrap());
-    sim.settle().await;
-    let after = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap()
-        .proxy;
-    assert_ne!(after.pod, before.pod, "a replacement");
-    assert_eq!(after.port, before.port);
-    assert_eq!(active_pods(&sim).len(), 1);
+    both::the_replicasets_pod_is_replaced_after_its_node_is_removed(Cluster::sim().await).await;
 }
 
 /// 7. An unschedulable jump pod is reported with the scheduler's message (common/both.rs).
@@ -119,50 +101,10 @@ async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
         .await;
 }
 
-/// A cluster of one GPU node, tainted as the NVIDIA device plugin's docs advise.
-async fn gpu_cluster() -> Sim {
-    let mut node = NodeSpec::new("gpu-1");
-    node.taints = vec![Taint::new("nvidia.com/gpu", "", "NoSchedule")];
-    Sim::start(SimConfig {
-        nodes: vec![node],
-        ..sim_config()
-    })
-    .await
-    .expect("simulator")
-}
-
-/// 7d. `gpu_tolerations`, as dstack sets it on clusters whose every node is tainted: the pod
-/// tolerates the GPU vendors' taints and is scheduled on a GPU node; status shows them.
+/// 7d. `gpu_tolerations` on tainted GPU nodes (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
-    let sim = gpu_cluster().await;
-    let tainted = config("hostname: h");
-    ensure(&sim, &tainted).await.unwrap();
-    sim.settle().await;
-    let report = ensure(&sim, &tainted).await.unwrap();
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::Unschedulable { .. })),
-        "without the tolerations no node takes the pod: {report}"
-    );
-
-    let sim = gpu_cluster().await;
-    let config = config("hostname: h\ngpu_tolerations: true");
-    ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    resolve::resolve(&kube(&sim).await, &config).await.unwrap();
-    let status = jumppod_host::status::status(&kube(&sim).await, &config)
-        .await
-        .unwrap();
-    let text = status.to_string();
-    assert!(
-        text.contains(
-            "tolerations: nvidia.com/gpu Exists NoSchedule, amd.com/gpu Exists NoSchedule"
-        ),
-        "{text}"
-    );
+    both::gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes(Cluster::sim().await).await;
 }
 
 /// 7e. A pre-#3891 pod stranded on a dead node does not pin the old Service (common/both.rs).
@@ -414,30 +356,6 @@ async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
     both::a_replicaset_with_older_resources_is_reported_not_rewritten(&Cluster::sim().await).await;
-}
-
-/// Nodes with taints and a node selector: the pod lands where the configuration says.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_selector_and_tolerations_place_the_pod() {
-    let mut cfg = sim_config();
-    cfg.nodes = vec![
-        NodeSpec::new("plain").ips("203.0.113.1", "10.0.0.1"),
-        NodeSpec::new("jump")
-            .ips("203.0.113.2", "10.0.0.2")
-            .label("pool", "jump")
-            .taint("dedicated", "jump", "NoSchedule"),
-    ];
-    let sim = jumppod_sim::Sim::start(cfg).await.unwrap();
-    let config = config(
-        "node_selector: {pool: jump}\ntolerations: [{key: dedicated, operator: Equal, value: jump, effect: NoSchedule}]",
-    );
-    ensure(&sim, &config).await.unwrap();
-    sim.settle().await;
-    let proxy = resolve::resolve(&kube(&sim).await, &config)
-        .await
-        .unwrap()
-        .proxy;
-    assert_eq!(proxy.hostname, "203.0.113.2");
 }
 
 /// Without any ExternalIP and no `hostname`, resolve asks for `hostname`.

@@ -77,7 +77,8 @@ impl NodeSpec {
         self
     }
 
-    pub(crate) fn to_json(&self) -> Value {
+    /// The Node object, with the status a kubelet would post (Ready).
+    pub fn to_json(&self) -> Value {
         let mut labels: BTreeMap<String, String> = BTreeMap::from([
             ("kubernetes.io/hostname".into(), self.name.clone()),
             ("kubernetes.io/os".into(), "linux".into()),

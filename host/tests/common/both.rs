@@ -305,12 +305,24 @@ impl Cluster {
     }
 
     /// Until `check` holds: on the real control plane, polled while its controllers and its
-    /// kubelet act; on the simulator, whose controllers act only in `settle()`, once settled.
-    pub async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    /// kubelet act (up to 90 s); on the simulator, whose controllers act only in `settle()`,
+    /// once settled.
+    pub async fn until<T, F, Fut>(&self, what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
+        self.until_within(what, Duration::from_secs(90), check)
+            .await
+    }
+
+    /// [`Cluster::until`] for what the real control plane does slowly by design.
+    pub async fn until_within<T, F, Fut>(&self, what: &str, limit: Duration, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let _ = limit; // the simulator does not wait
         match &self.backend {
             Backend::Sim(sim) => {
                 sim.settle().await;
@@ -319,7 +331,7 @@ impl Cluster {
                     .unwrap_or_else(|| panic!("not so once the simulator settled: {what}"))
             }
             #[cfg(feature = "real-cluster")]
-            Backend::Real { .. } => cluster::wait_for(what, check).await,
+            Backend::Real { .. } => cluster::wait_for_up_to(what, limit, check).await,
         }
     }
 
@@ -386,12 +398,34 @@ impl Cluster {
         }
     }
 
+    /// A node of the scenario's own (on the real control plane, played by the fake kubelet,
+    /// and removed by `finish`); its name should start with the namespace.
+    pub async fn add_node(&self, node: NodeSpec) {
+        match &self.backend {
+            Backend::Sim(sim) => sim.add_node(node),
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { kube, ns } => cluster::played_node(kube, ns, node.to_json()).await,
+        }
+    }
+
+    /// What a cloud's node controller does to a node that went away: delete the Node. Its
+    /// pods go with it: at once on the simulator, after the pod GC's 40 s quarantine on the
+    /// real control plane.
+    pub async fn remove_node(&self, name: &str) {
+        match &self.backend {
+            Backend::Sim(sim) => sim.remove_node(name),
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { kube, .. } => cluster::remove_node(kube, name).await,
+        }
+    }
+
     /// Leaves nothing behind on the shared real control plane: the namespace, the RBAC
-    /// scenario's grants, a dead node.
+    /// scenario's grants, the nodes it added, a dead node.
     pub async fn finish(self) {
         #[cfg(feature = "real-cluster")]
         if let Backend::Real { kube, ns } = &self.backend {
             cluster::revoke_and_delete(kube, ns, RBAC_USER).await;
+            cluster::remove_played_nodes(kube, ns).await;
             cluster::remove_dead_node(kube, ns).await;
         }
     }
@@ -627,6 +661,111 @@ pub async fn an_evicted_replicaset_pod_is_replaced_on_the_same_node_port(cluster
     assert_eq!(cluster.active_pods().await.len(), 1);
     let report = cluster.ensure(&config).await.unwrap();
     assert!(report.applied.is_empty(), "{report}");
+}
+
+/// A label and taint that keep a scenario's pods on the nodes it added, and other tests'
+/// pods off them.
+const POOL: &str = "jumppod.test/pool";
+
+/// The configuration lines that put the jump pod on the nodes of `pool`.
+fn on_pool(pool: &str) -> String {
+    format!(
+        "node_selector: {{{POOL}: {pool}}}\ntolerations: [{{key: {POOL}, operator: Equal, value: {pool}, effect: NoSchedule}}]"
+    )
+}
+
+/// Scenario 6b: a node selector and tolerations place the pod on the scenario's own two
+/// nodes, and `resolve` without `hostname` gives its node's ExternalIP. The node goes away:
+/// the pod is replaced on the other node (on the real control plane once the pod GC has
+/// removed the orphaned pod, after its 40 s quarantine) and the NodePort is unchanged.
+pub async fn the_replicasets_pod_is_replaced_after_its_node_is_removed(cluster: Cluster) {
+    let pool = cluster.ns().to_owned();
+    for (n, ip) in [("a", "203.0.113.11"), ("b", "203.0.113.12")] {
+        let node = NodeSpec::new(&format!("{pool}-{n}"))
+            .ips(ip, "10.0.0.1")
+            .label(POOL, &pool)
+            .taint(POOL, &pool, "NoSchedule");
+        cluster.add_node(node).await;
+    }
+    let config = cluster.config(&on_pool(&pool));
+    cluster.ensure(&config).await.expect("ensure");
+    cluster.settle().await;
+    let before = cluster.resolve(&config).await.expect("resolve").proxy;
+    let pod = cluster.get("pods", &before.pod).await.expect("the pod");
+    let node = pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let ip = |node: &str| {
+        if node.ends_with("-a") {
+            "203.0.113.11"
+        } else {
+            "203.0.113.12"
+        }
+    };
+    assert!(node.starts_with(&pool), "on a node of the pool: {node}");
+    assert_eq!(before.hostname, ip(&node), "its node's ExternalIP");
+
+    cluster.remove_node(&node).await;
+    let after = cluster
+        .until_within(
+            "the replacement pod, once the orphan is collected",
+            Duration::from_secs(150),
+            || async {
+                let proxy = cluster.resolve(&config).await.ok()?.proxy;
+                (proxy.pod != before.pod).then_some(proxy)
+            },
+        )
+        .await;
+    let other = if node.ends_with("-a") { "b" } else { "a" };
+    assert_eq!(after.hostname, ip(other), "on the other node");
+    assert_eq!(after.port, before.port, "the same NodePort");
+    assert_eq!(cluster.active_pods().await.len(), 1);
+    cluster.finish().await;
+}
+
+/// Scenario 7d: `gpu_tolerations`, as dstack sets it on clusters whose every node is tainted:
+/// on a GPU node tainted as the NVIDIA device plugin's docs advise (the only node the
+/// scenario's node selector allows), a pod without the tolerations is unschedulable; with
+/// them it runs there, and status shows them.
+pub async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes(cluster: Cluster) {
+    let pool = cluster.ns().to_owned();
+    let gpu = NodeSpec::new(&format!("{pool}-gpu"))
+        .ips("203.0.113.21", "10.0.0.21")
+        .label(POOL, &pool)
+        .taint("nvidia.com/gpu", "", "NoSchedule");
+    cluster.add_node(gpu).await;
+    let selector = format!("hostname: h\nnode_selector: {{{POOL}: {pool}}}");
+    let plain = cluster.config(&selector);
+    cluster.ensure(&plain).await.expect("ensure");
+    let unschedulable = |f: &Finding| matches!(f, Finding::Unschedulable { .. });
+    cluster
+        .until_ensure_finds(
+            &plain,
+            "without the tolerations no node takes the pod",
+            unschedulable,
+        )
+        .await;
+
+    let tolerant = config_for(
+        cluster.ns(),
+        "tolerant",
+        &format!("{selector}\ngpu_tolerations: true"),
+    );
+    cluster.ensure(&tolerant).await.expect("ensure");
+    cluster.settle().await;
+    cluster.resolve(&tolerant).await.expect("resolve");
+    let status = jumppod_host::status::status(&cluster.kube().await, &tolerant)
+        .await
+        .expect("status");
+    let text = status.to_string();
+    assert!(
+        text.contains(
+            "tolerations: nvidia.com/gpu Exists NoSchedule, amd.com/gpu Exists NoSchedule"
+        ),
+        "{text}"
+    );
+    cluster.finish().await;
 }
 
 /// Scenario 7: a jump pod no node can hold: ensure and resolve say so with the scheduler's message.

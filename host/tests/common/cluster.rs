@@ -41,7 +41,16 @@ pub async fn admin() -> Kube {
 }
 
 /// Waits for `check` to give Some, polling; fails naming what was awaited.
-pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_for_up_to(what, Duration::from_secs(90), check).await
+}
+
+/// [`wait_for`] for what takes long by design (the pod GC's quarantine).
+pub async fn wait_for_up_to<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -52,8 +61,8 @@ where
             return v;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "timed out after 90 s waiting for {what}"
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -216,6 +225,66 @@ pub async fn stranded_legacy_pod(kube: &Kube, ns: &str) {
         .await
         .expect("no kubelet confirms: the pod stays");
     assert!(pod.metadata.deletion_timestamp.is_some());
+}
+
+/// Marks the nodes a test adds to the shared control plane, with the test's namespace.
+const NODE_OF_LABEL: &str = "jumppod.test/node-of";
+
+/// A node of the test's own that the fake kubelet plays (label `jumppod.test/fake-kubelet`), as
+/// the simulator's `node` describes it; once the scheduler may use it: Ready, and without the
+/// `node.kubernetes.io/not-ready` taint that node admission puts on a new node until the
+/// node-lifecycle controller sees it Ready.
+pub async fn played_node(kube: &Kube, ns: &str, mut node: Value) {
+    node["metadata"]["labels"]["jumppod.test/fake-kubelet"] = json!("true");
+    node["metadata"]["labels"][NODE_OF_LABEL] = json!(ns);
+    let name = node["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let nodes: Api<Node> = Api::all(kube.client.clone());
+    nodes
+        .create(&PostParams::default(), &typed(node))
+        .await
+        .expect("create the node");
+    wait_for("the new node to be schedulable", || async {
+        let node = nodes.get(&name).await.ok()?;
+        let ready = node
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let not_ready_taint = node
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/not-ready");
+        (ready && !not_ready_taint).then_some(())
+    })
+    .await;
+}
+
+pub async fn remove_node(kube: &Kube, name: &str) {
+    Api::<Node>::all(kube.client.clone())
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete the node");
+}
+
+/// Removes the nodes the namespace's test added (the pod GC then removes their pods).
+pub async fn remove_played_nodes(kube: &Kube, ns: &str) {
+    let nodes: Api<Node> = Api::all(kube.client.clone());
+    let params = kube::api::ListParams::default().labels(&format!("{NODE_OF_LABEL}={ns}"));
+    for node in nodes
+        .list(&params)
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let name = node.metadata.name.unwrap_or_default();
+        let _ = nodes.delete(&name, &DeleteParams::default()).await;
+    }
 }
 
 /// Removes the namespace's dead node, if it made one (the pod GC then removes its pods).
