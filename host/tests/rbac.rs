@@ -1,24 +1,14 @@
-//! Scenario 10, RBAC: the host works with exactly the rules `jumppod rbac` prints, against the
-//! simulator with RBAC enforced; removing any one verb fails with an error naming the verb and
-//! resource.
+//! Scenario 10, RBAC: the host works with exactly the rules `jumppod rbac` prints; removing
+//! any one verb fails with an error naming the verb and resource. The bodies are in
+//! common/both.rs, run here against the simulator with RBAC enforced and in `real_cluster.rs`
+//! against the real control plane.
 
 mod common;
 
-use common::both::{self, Cluster, SA_USER};
-use common::*;
-use jumppod_host::rbac::{self, RULES, Rule};
-use jumppod_sim::Sim;
-use serde_json::{Value, json};
-
-async fn rbac_sim() -> Sim {
-    Sim::start(both::rbac_sim_config()).await.unwrap()
-}
-
-fn grant(sim: &Sim, objects: Vec<Value>) {
-    for o in objects {
-        sim.seed(o);
-    }
-}
+use common::NS;
+use common::both::{self, Cluster};
+use jumppod_host::rbac;
+use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_rules_are_enough() {
@@ -49,40 +39,14 @@ async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
     );
 }
 
-/// A RoleBinding cannot exist in a namespace that does not exist, so `namespaces create` is
-/// needed when the namespaced rules are granted cluster-wide (a ClusterRoleBinding).
+/// `namespaces create` for a namespace that does not exist (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
-    for with_create in [true, false] {
-        let sim = rbac_sim().await;
-        let rules: Vec<Rule> = if with_create {
-            RULES.to_vec()
-        } else {
-            without("create", "namespaces")
-        };
-        let cluster_wide: Vec<Rule> = rules
-            .iter()
-            .map(|r| Rule {
-                cluster: true,
-                ..*r
-            })
-            .collect();
-        let mut objects = rbac::objects_with(&cluster_wide, NS, "jumppod");
-        objects.retain(|o| o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding");
-        grant(&sim, objects);
-        let kube = kube_at(&sim.kubeconfig_for(SA_USER)).await;
-        let result =
-            jumppod_host::ensure(&kube, &config_for("brand-new", "main", ""), &gate()).await;
-        if with_create {
-            result.unwrap();
-            assert!(sim.get("namespaces", None, "brand-new").is_some());
-        } else {
-            let err = result.unwrap_err();
-            assert!(
-                err.to_string().contains("`create` verb on `namespaces`"),
-                "{err}"
-            );
-        }
+    for with_create in [false, true] {
+        both::namespaces_create_is_needed_for_a_namespace_that_does_not_exist(
+            Cluster::sim_with_rbac().await,
+            with_create,
+        )
+        .await;
     }
-    let _ = json!({});
 }

@@ -624,6 +624,19 @@ async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
         .await;
 }
 
+/// 10, `namespaces create` for a namespace that does not exist (common/both.rs), as `user-1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
+    for with_create in [false, true] {
+        let ns = format!("rc-brand-new-{with_create}");
+        both::namespaces_create_is_needed_for_a_namespace_that_does_not_exist(
+            Cluster::real(ns).await,
+            with_create,
+        )
+        .await;
+    }
+}
+
 /// The CLI's exit codes (common/both.rs); 5 as `user-9`, whom no test grants anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_say_what_went_wrong() {

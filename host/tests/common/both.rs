@@ -34,6 +34,11 @@ pub const SA_USER: &str = "system:serviceaccount:dstack:jumppod";
 #[cfg(feature = "real-cluster")]
 const RBAC_USER: &str = "user-8";
 
+/// The real control plane's user for rules granted cluster-wide, which would reach every
+/// namespace of the RBAC scenario's user.
+#[cfg(feature = "real-cluster")]
+const CLUSTER_WIDE_USER: &str = "user-1";
+
 /// A backend and the namespace a scenario works in; when dropped, it prints how long the
 /// scenario took (`--nocapture` shows it; the test harness names the thread after the test).
 pub struct Cluster {
@@ -263,6 +268,32 @@ impl Cluster {
         }
     }
 
+    /// A client of a user granted only the ClusterRole and ClusterRoleBinding of `rules`.
+    pub async fn granted_cluster_wide(
+        &self,
+        rules: &[Rule],
+        refused: &[(&str, &str, &str)],
+    ) -> Kube {
+        match &self.backend {
+            Backend::Sim(sim) => {
+                let _ = refused;
+                let mut objects = jumppod_host::rbac::objects_with(rules, NS, "jumppod");
+                objects.retain(|o| o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding");
+                for o in objects {
+                    sim.seed(o);
+                }
+                kube_at(&sim.kubeconfig_for(SA_USER)).await
+            }
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { kube, ns } => {
+                let user = CLUSTER_WIDE_USER;
+                cluster::grant_cluster_wide(kube, rules, ns, user).await;
+                cluster::authorized(kube, rules, refused, ns, user).await;
+                kube_at(&cluster::cluster_dir().join(format!("users/{user}.kubeconfig"))).await
+            }
+        }
+    }
+
     /// The address `resolve` finds without `hostname`: node-2's ExternalIP on the simulator,
     /// the fake nodes' 127.0.0.1 on the real control plane.
     pub fn external_ip(&self) -> &'static str {
@@ -425,6 +456,7 @@ impl Cluster {
         #[cfg(feature = "real-cluster")]
         if let Backend::Real { kube, ns } = &self.backend {
             cluster::revoke_and_delete(kube, ns, RBAC_USER).await;
+            cluster::revoke_and_delete(kube, ns, CLUSTER_WIDE_USER).await;
             cluster::remove_played_nodes(kube, ns).await;
             cluster::remove_dead_node(kube, ns).await;
         }
@@ -717,7 +749,7 @@ pub async fn the_replicasets_pod_is_replaced_after_its_node_is_removed(cluster: 
             },
         )
         .await;
-    let other = if node.ends_with("-a") { "b" } else { "a" };
+    let other = if node.ends_with("-a") { "-b" } else { "-a" };
     assert_eq!(after.hostname, ip(other), "on the other node");
     assert_eq!(after.port, before.port, "the same NodePort");
     assert_eq!(cluster.active_pods().await.len(), 1);
@@ -1097,6 +1129,15 @@ pub async fn an_older_server_in_the_loop_recreates_the_service_and_fails_each_jo
     cluster.ensure(&config).await.expect("ensure");
     cluster.settle().await;
     let first_pod = cluster.resolve(&config).await.expect("resolve").proxy.pod;
+    if !cluster.is_sim() {
+        // The ReplicaSet controller ranks two ready pods by the base-2 logarithm of how long
+        // each has been ready, at the seconds of their timestamps (LogarithmicScaleDown): a
+        // pod ready for 1 s and one ready for 1.5 s are a coin toss (by uid), so it may keep
+        // the older server's pod. Let the ReplicaSet's pod be ready twice as long as the
+        // older server's can be when the controller compares them, as on a cluster where the
+        // jump pod has run for more than a few seconds.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+    }
     let old = OldServer {
         namespace: cluster.ns().into(),
         release,
@@ -1349,6 +1390,48 @@ pub async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_t
     assert_eq!(err.exit_code(), 5, "{err}");
     let way_out = format!("jumppod rbac --namespace {}", cluster.ns());
     assert!(err.to_string().contains(&way_out), "{err}");
+}
+
+/// Scenario 10: a RoleBinding cannot exist in a namespace that does not exist, so `namespaces
+/// create` is needed when the namespaced rules are granted cluster-wide (a ClusterRoleBinding):
+/// with it `ensure` makes the namespace; without it the error names the verb and nothing is
+/// made. Each case needs a fresh backend (the cases, one after the other: the real control
+/// plane has one user for cluster-wide rules).
+pub async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist(
+    cluster: Cluster,
+    with_create: bool,
+) {
+    let rules = if with_create {
+        RULES.to_vec()
+    } else {
+        without("create", "namespaces")
+    };
+    let cluster_wide: Vec<Rule> = rules
+        .iter()
+        .map(|r| Rule {
+            cluster: true,
+            ..*r
+        })
+        .collect();
+    let refused: &[(&str, &str, &str)] = if with_create {
+        &[]
+    } else {
+        &[("", "namespaces", "create")]
+    };
+    let kube = cluster.granted_cluster_wide(&cluster_wide, refused).await;
+    let result = jumppod_host::ensure(&kube, &cluster.config(SMALL), &gate()).await;
+    if with_create {
+        result.expect("ensure with the printed rules, cluster-wide");
+        assert!(cluster.namespace_exists().await);
+    } else {
+        let err = result.unwrap_err();
+        assert!(
+            err.to_string().contains("`create` verb on `namespaces`"),
+            "{err}"
+        );
+        assert!(!cluster.namespace_exists().await);
+    }
+    cluster.finish().await;
 }
 
 /// The policy's floors, so that many namespaces of pods fit the real control plane's nodes.

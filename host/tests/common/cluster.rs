@@ -412,8 +412,20 @@ pub fn audit() -> Audit {
 /// The Role, RoleBinding, ClusterRole and ClusterRoleBinding `jumppod rbac` prints, bound to
 /// `user` instead of the ServiceAccount; replaced when they exist.
 pub async fn grant(admin: &Kube, rules: &[Rule], ns: &str, user: &str) {
+    apply_bound_to(admin, rbac::objects_with(rules, ns, user), ns, user).await
+}
+
+/// Only the ClusterRole and ClusterRoleBinding of `rules` (which say `cluster: true` where
+/// they should apply everywhere): what a namespace that does not exist yet allows.
+pub async fn grant_cluster_wide(admin: &Kube, rules: &[Rule], ns: &str, user: &str) {
+    let mut objects = rbac::objects_with(rules, ns, user);
+    objects.retain(|o| o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding");
+    apply_bound_to(admin, objects, ns, user).await
+}
+
+async fn apply_bound_to(admin: &Kube, objects: Vec<Value>, ns: &str, user: &str) {
     let subject = json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
-    for mut object in rbac::objects_with(rules, ns, user) {
+    for mut object in objects {
         if object.get("subjects").is_some() {
             object["subjects"] = subject.clone();
         }
