@@ -357,8 +357,9 @@ pub async fn list(kube: &Kube, ns: &str, resource: &str) -> Vec<Value> {
 }
 
 /// The real controllers and the fake kubelet have done what they will do: every ReplicaSet
-/// has caught up with its spec, every active pod is Ready or refused by the scheduler, and two
-/// looks 300 ms apart agree.
+/// has caught up with its spec (its status, and the active pods it owns: its status lags
+/// behind an eviction until the controller has seen it), every active pod is Ready or refused
+/// by the scheduler, and two looks 300 ms apart agree.
 pub async fn settled(kube: &Kube, ns: &str) {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
@@ -369,7 +370,19 @@ pub async fn settled(kube: &Kube, ns: &str) {
         for rs in &sets {
             let status = rs.status.clone().unwrap_or_default();
             let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            if status.observed_generation != rs.metadata.generation || status.replicas != wanted {
+            let owned = pods
+                .iter()
+                .filter(|p| jumppod_host::objects::is_active(p))
+                .filter(|p| {
+                    jumppod_host::objects::controller_of(p).is_some_and(|(kind, name)| {
+                        kind == "ReplicaSet" && Some(name) == rs.metadata.name.as_deref()
+                    })
+                })
+                .count();
+            if status.observed_generation != rs.metadata.generation
+                || status.replicas != wanted
+                || owned != wanted as usize
+            {
                 return None;
             }
             seen.push(format!("{:?} {:?}", rs.metadata.name, status));
