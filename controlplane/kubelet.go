@@ -268,7 +268,7 @@ func (k *fakeKubelet) nodeChanged(obj any) {
 		return
 	}
 	wantNotReady := node.Annotations[notReadyAnnotation] == "true"
-	changed := adopted || wantNotReady != st.notReady
+	changed := wantNotReady != st.notReady
 	st.notReady = wantNotReady
 	k.mu.Unlock()
 

@@ -4,15 +4,10 @@
 
 mod common;
 
-use common::both::{self, Cluster, jumppod, text};
+use common::both::{self, Cluster, json_of, jumppod, text};
 
 use base64::Engine as _;
 use serde_json::Value;
-use std::process::Output;
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
-}
 
 /// The CLI's main flow (common/both.rs, on both backends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -300,9 +300,7 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => {
                 let _ = refused;
-                let mut objects = jumppod_host::rbac::objects_with(rules, NS, "jumppod");
-                objects.retain(|o| o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding");
-                for o in objects {
+                for o in cluster_wide_objects(rules, NS, "jumppod") {
                     sim.seed(o);
                 }
                 kube_at(&sim.kubeconfig_for(SA_USER)).await
@@ -398,6 +396,18 @@ impl Cluster {
         .await
     }
 
+    /// Until `ensure` finds what `is` picks, then [`reported_by_every_command`] with `words`.
+    pub async fn found_and_reported_by_every_command(
+        &self,
+        config: &Config,
+        what: &str,
+        is: fn(&Finding) -> bool,
+        words: &[&str],
+    ) {
+        self.until_ensure_finds(config, what, is).await;
+        reported_by_every_command(&self.kube().await, config, is, words).await;
+    }
+
     /// Until the object is gone (a graceful deletion ends when the kubelet confirms it).
     pub async fn until_gone(&self, resource: &str, name: &str) {
         let what = format!("{resource}/{name} to be gone");
@@ -474,14 +484,13 @@ impl Cluster {
     }
 
     /// Leaves nothing behind on the shared real control plane: the namespace, the RBAC
-    /// scenario's grants, the nodes it added, a dead node.
+    /// scenario's grants, the nodes it added.
     pub async fn finish(self) {
         #[cfg(feature = "real-cluster")]
         if let Backend::Real { kube, ns } = &self.backend {
             cluster::revoke_and_delete(kube, ns, RBAC_USER).await;
             cluster::revoke_and_delete(kube, ns, CLUSTER_WIDE_USER).await;
             cluster::remove_played_nodes(kube, ns).await;
-            cluster::remove_dead_node(kube, ns).await;
         }
     }
 
@@ -528,6 +537,11 @@ pub fn text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// A process's stdout as JSON, or a failure showing what it printed.
+pub fn json_of(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
 }
 
 /// What a `verb path` line of [`Cluster::requests_of`] changes (the simulator logs HTTP

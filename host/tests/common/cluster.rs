@@ -100,11 +100,7 @@ pub async fn bare_pod_of(kube: &Kube, ns: &str, project: &str, current: bool) ->
     let pod = api
         .create(
             &PostParams::default(),
-            &typed(json!({
-                "metadata": {"name": name, "labels": labels},
-                "spec": {"nodeName": "node-1", "restartPolicy": "Never",
-                         "containers": [{"name": schema::container_name(&name), "image": schema::DEFAULT_IMAGE}]}
-            })),
+            &bare_pod_on(&name, labels, "node-1"),
         )
         .await
         .expect("create the bare pod");
@@ -164,6 +160,18 @@ pub async fn service_of(kube: &Kube, ns: &str, project: &str, node_port: i32, cu
     .expect("create the Service");
 }
 
+/// A bare BestEffort jump pod as older dstack releases create it, bound to `node`.
+fn bare_pod_on(name: &str, labels: std::collections::BTreeMap<String, String>, node: &str) -> Pod {
+    typed(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "restartPolicy": "Never",
+                 "containers": [{"name": schema::container_name(name), "image": schema::DEFAULT_IMAGE}]}
+    }))
+}
+
+/// Marks the nodes a test adds to the shared control plane, with the test's namespace.
+const NODE_OF_LABEL: &str = "jumppod.test/node-of";
+
 /// Deletes an object of the namespace (pods, services, replicasets), as a client does.
 pub async fn delete(kube: &Kube, ns: &str, resource: &str, name: &str) {
     async fn one<K>(api: Api<K>, name: &str)
@@ -190,33 +198,25 @@ pub async fn limit_range(kube: &Kube, ns: &str, range: Value) {
         .expect("create the LimitRange");
 }
 
-/// The node of [`stranded_legacy_pod`]: one per namespace, so that tests do not share it.
-fn dead_node(ns: &str) -> String {
-    format!("{ns}-dead-node")
-}
-
-/// A pre-#3891 pod bound to a node that no kubelet plays, deleted: the API server keeps it,
-/// terminating, until a kubelet confirms, which none will.
+/// A pre-#3891 pod bound to a node of the test's own that no kubelet plays, deleted: the API
+/// server keeps it, terminating, until a kubelet confirms, which none will.
 pub async fn stranded_legacy_pod(kube: &Kube, ns: &str) {
     let nodes: Api<Node> = Api::all(kube.client.clone());
-    let dead = dead_node(ns);
+    let dead = format!("{ns}-dead-node");
+    let node = json!({"metadata": {"name": dead, "labels": {NODE_OF_LABEL: ns}},
+                      "spec": {"unschedulable": true}});
     nodes
-        .create(
-            &PostParams::default(),
-            &typed(json!({"metadata": {"name": dead}, "spec": {"unschedulable": true}})),
-        )
+        .create(&PostParams::default(), &typed(node))
         .await
         .expect("create the node");
     let name = schema::jump_pod_name("main");
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let old = json!({
-        "metadata": {"name": name, "labels": schema::legacy_selector(&name)},
-        "spec": {"nodeName": dead, "restartPolicy": "Never",
-                 "containers": [{"name": schema::container_name(&name), "image": schema::DEFAULT_IMAGE}]}
-    });
-    pods.create(&PostParams::default(), &typed(old))
-        .await
-        .expect("create the old pod");
+    pods.create(
+        &PostParams::default(),
+        &bare_pod_on(&name, schema::legacy_selector(&name), &dead),
+    )
+    .await
+    .expect("create the old pod");
     pods.delete(&name, &DeleteParams::default())
         .await
         .expect("delete the old pod");
@@ -226,9 +226,6 @@ pub async fn stranded_legacy_pod(kube: &Kube, ns: &str) {
         .expect("no kubelet confirms: the pod stays");
     assert!(pod.metadata.deletion_timestamp.is_some());
 }
-
-/// Marks the nodes a test adds to the shared control plane, with the test's namespace.
-const NODE_OF_LABEL: &str = "jumppod.test/node-of";
 
 /// A node of the test's own that the fake kubelet plays (label `jumppod.test/fake-kubelet`), as
 /// the simulator's `node` describes it; once the scheduler may use it: Ready, and without the
@@ -272,7 +269,8 @@ pub async fn remove_node(kube: &Kube, name: &str) {
         .expect("delete the node");
 }
 
-/// Removes the nodes the namespace's test added (the pod GC then removes their pods).
+/// Removes the nodes the namespace's test added, played or dead (the pod GC then removes
+/// their pods).
 pub async fn remove_played_nodes(kube: &Kube, ns: &str) {
     let nodes: Api<Node> = Api::all(kube.client.clone());
     let params = kube::api::ListParams::default().labels(&format!("{NODE_OF_LABEL}={ns}"));
@@ -285,13 +283,6 @@ pub async fn remove_played_nodes(kube: &Kube, ns: &str) {
         let name = node.metadata.name.unwrap_or_default();
         let _ = nodes.delete(&name, &DeleteParams::default()).await;
     }
-}
-
-/// Removes the namespace's dead node, if it made one (the pod GC then removes its pods).
-pub async fn remove_dead_node(kube: &Kube, ns: &str) {
-    let _ = Api::<Node>::all(kube.client.clone())
-        .delete(&dead_node(ns), &DeleteParams::default())
-        .await;
 }
 
 /// A pod's phase as the kubelet reports a container that ran to its end (Succeeded).
@@ -431,9 +422,13 @@ pub async fn grant(admin: &Kube, rules: &[Rule], ns: &str, user: &str) {
 /// Only the ClusterRole and ClusterRoleBinding of `rules` (which say `cluster: true` where
 /// they should apply everywhere): what a namespace that does not exist yet allows.
 pub async fn grant_cluster_wide(admin: &Kube, rules: &[Rule], ns: &str, user: &str) {
-    let mut objects = rbac::objects_with(rules, ns, user);
-    objects.retain(|o| o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding");
-    apply_bound_to(admin, objects, ns, user).await
+    apply_bound_to(
+        admin,
+        super::cluster_wide_objects(rules, ns, user),
+        ns,
+        user,
+    )
+    .await
 }
 
 async fn apply_bound_to(admin: &Kube, objects: Vec<Value>, ns: &str, user: &str) {

@@ -198,6 +198,14 @@ pub fn writes(records: &[RequestRecord]) -> Vec<String> {
         .collect()
 }
 
+/// Only the ClusterRole and ClusterRoleBinding of what `jumppod rbac` prints for `rules`: what a
+/// namespace that does not exist yet allows (a RoleBinding needs its namespace).
+pub fn cluster_wide_objects(rules: &[Rule], ns: &str, subject: &str) -> Vec<Value> {
+    let mut objects = jumppod_host::rbac::objects_with(rules, ns, subject);
+    objects.retain(|o| o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding");
+    objects
+}
+
 /// The rules `jumppod rbac` prints, less one verb on one resource.
 pub fn without(verb: &str, resource: &str) -> Vec<Rule> {
     RULES

@@ -104,10 +104,10 @@ impl State {
         if !errs.is_empty() {
             return Err(ApiError::invalid(res, &name, &errs));
         }
-        if res.resource == "pods" {
-            self.limit_ranges_admit(Self::key_ns(res, ns), &name, &obj)?;
-        }
         let key_ns = Self::key_ns(res, ns);
+        if res.resource == "pods" {
+            self.limit_ranges_admit(key_ns, &name, &obj)?;
+        }
         let exists = self.get(res.resource, Some(key_ns), &name).is_some();
         // The service registry allocates NodePorts in its BeginCreate hook, before storage
         // finds the name taken (k8s.io/kubernetes pkg/registry/core/service/storage): a

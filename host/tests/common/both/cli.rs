@@ -148,9 +148,6 @@ pub async fn keys_are_added_listed_and_removed_through_the_binary(cluster: &Clus
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         jumppod(&args).await
     };
-    let json_of = |out: &std::process::Output| -> Value {
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
-    };
 
     let out = run(with(&["keys", "add", ALICE, "--name", "alice"])).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -160,20 +160,17 @@ pub async fn pods_the_replicaset_cannot_create_are_reported(cluster: &Cluster) {
     cluster.cap_container_cpu("100m").await;
     let config = cluster.config("hostname: h");
     cluster.ensure(&config).await.expect("the first ensure");
-    let refused = |f: &Finding| matches!(f, Finding::PodsRefused { .. });
     cluster
-        .until_ensure_finds(&config, "the ReplicaSet's ReplicaFailure", refused)
+        .found_and_reported_by_every_command(
+            &config,
+            "the ReplicaSet's ReplicaFailure",
+            |f| matches!(f, Finding::PodsRefused { .. }),
+            &[
+                "cannot create its pod (FailedCreate)",
+                "is forbidden: maximum cpu usage per Container is 100m, but limit is 500m",
+            ],
+        )
         .await;
-    reported_by_every_command(
-        &cluster.kube().await,
-        &config,
-        refused,
-        &[
-            "cannot create its pod (FailedCreate)",
-            "is forbidden: maximum cpu usage per Container is 100m, but limit is 500m",
-        ],
-    )
-    .await;
 }
 
 /// Scenario 7c: the kubelet cannot pull an image whose registry does not resolve (a host under
@@ -182,18 +179,15 @@ pub async fn pods_the_replicaset_cannot_create_are_reported(cluster: &Cluster) {
 pub async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message(cluster: &Cluster) {
     let config = cluster.config("hostname: h\nimage: registry.invalid/sshd:1");
     cluster.ensure(&config).await.expect("the first ensure");
-    let waiting = |f: &Finding| matches!(f, Finding::ContainerWaiting { .. });
     cluster
-        .until_ensure_finds(&config, "the kubelet's ImagePullBackOff", waiting)
+        .found_and_reported_by_every_command(
+            &config,
+            "the kubelet's ImagePullBackOff",
+            |f| matches!(f, Finding::ContainerWaiting { .. }),
+            &[
+                "is waiting: ImagePullBackOff",
+                "lookup registry.invalid: no such host",
+            ],
+        )
         .await;
-    reported_by_every_command(
-        &cluster.kube().await,
-        &config,
-        waiting,
-        &[
-            "is waiting: ImagePullBackOff",
-            "lookup registry.invalid: no such host",
-        ],
-    )
-    .await;
 }
