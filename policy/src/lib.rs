@@ -11,9 +11,9 @@ pub mod settings;
 
 use jumppod::admission::Outcome;
 use jumppod::payload::{self, ValidationResponse};
+use kubewarden_policy_sdk::protocol_version_guest;
 use kubewarden_policy_sdk::settings::SettingsValidationResponse;
 use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
-use kubewarden_policy_sdk::{logging, protocol_version_guest};
 
 #[unsafe(no_mangle)]
 pub extern "C" fn wapc_init() {
@@ -58,19 +58,30 @@ fn decide(payload: &[u8]) -> Outcome {
 
 /// Tells the policy-server's log what happened to a jump pod (the hot path never logs).
 fn log(outcome: &Outcome, name: &str) {
-    let logger = slog::Logger::root(
-        logging::KubewardenDrain::new(),
-        slog::o!("policy" => "jumppod"),
-    );
-    match outcome {
-        Outcome::Mutate { .. } => {
-            slog::info!(logger, "filled in what the jump-pod contract requires"; "name" => name)
-        }
-        Outcome::Reject { message, .. } => {
-            slog::info!(logger, "rejected"; "name" => name, "reason" => message.as_str())
-        }
-        Outcome::Accept { .. } => {}
+    if let Some(record) = log_record(outcome, name, (file!(), line!(), column!())) {
+        // A log that cannot be delivered changes no verdict.
+        let _ = guest::host_call("kubewarden", "tracing", "log", &record);
     }
+}
+
+/// The record the SDK's slog drain sends for `info!(logger, message; "name" => name, ...)`
+/// under a logger carrying `"policy" => "jumppod"`: the same fields, in the same order.
+/// Written directly, without slog, the module is about 17 KB smaller.
+fn log_record(outcome: &Outcome, name: &str, at: (&str, u32, u32)) -> Option<Vec<u8>> {
+    let (message, reason) = match outcome {
+        Outcome::Mutate { .. } => ("filled in what the jump-pod contract requires", None),
+        Outcome::Reject { message, .. } => ("rejected", Some(message.as_str())),
+        Outcome::Accept { .. } => return None,
+    };
+    let (file, line, column) = at;
+    let mut record = serde_json::json!({
+        "column": column, "file": file, "level": "info", "line": line,
+        "message": message, "name": name, "policy": "jumppod",
+    });
+    if let Some(reason) = reason {
+        record["reason"] = reason.into();
+    }
+    serde_json::to_vec(&record).ok()
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
@@ -99,5 +110,26 @@ mod tests {
             warnings: None,
         };
         assert_eq!(ACCEPTED, encode(&sdk));
+    }
+
+    #[test]
+    fn a_rejection_is_logged_with_its_reason_and_an_acceptance_not_at_all() {
+        let reject = Outcome::Reject {
+            message: "too small".to_owned(),
+            code: None,
+        };
+        let record = log_record(
+            &reject,
+            "dstack-p-ssh-jump-pod",
+            ("policy/src/lib.rs", 7, 9),
+        );
+        assert_eq!(
+            String::from_utf8(record.expect("a record")).unwrap(),
+            r#"{"column":9,"file":"policy/src/lib.rs","level":"info","line":7,"message":"rejected","name":"dstack-p-ssh-jump-pod","policy":"jumppod","reason":"too small"}"#
+        );
+        let accept = Outcome::Accept {
+            warnings: Vec::new(),
+        };
+        assert_eq!(log_record(&accept, "x", ("f", 1, 1)), None);
     }
 }
