@@ -47,7 +47,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn accept() -> Outcome {
+    pub(crate) fn accept() -> Outcome {
         Outcome::Accept {
             warnings: Vec::new(),
         }
