@@ -92,6 +92,11 @@ fn cases() -> Vec<(&'static str, Value, Verdict)> {
     vec![
         ("ordinary_pod_0.8kb", ordinary_pod(), Verdict::Accept),
         (
+            "ordinary_pod_managed_fields_12kb",
+            request("ordinary_pod_create.json"),
+            Verdict::Accept,
+        ),
+        (
             "ordinary_pod_400_annotations_85kb",
             annotated_pod(),
             Verdict::Accept,
