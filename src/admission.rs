@@ -118,18 +118,42 @@ struct ReplicaSetHead<'a> {
     spec: Option<ReplicaSetSpecHead<'a>>,
 }
 
+/// What the policy judges: a pod or a ReplicaSet being created or updated. Every other
+/// request is accepted as it is. The full read, the one-pass read and the byte scan
+/// (`crate::ordinary`) all ask here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    Pod,
+    ReplicaSet,
+    Other,
+}
+
+pub(crate) fn scope(operation: &str, group: &str, kind: &str) -> Scope {
+    if !matches!(operation, "CREATE" | "UPDATE") {
+        return Scope::Other;
+    }
+    match (group, kind) {
+        ("", "Pod") => Scope::Pod,
+        ("apps", "ReplicaSet") => Scope::ReplicaSet,
+        _ => Scope::Other,
+    }
+}
+
+/// The name a pod is judged by: its own, else the request's (an empty name is none).
+pub(crate) fn judged_name<'a>(own: Option<&'a str>, request: Option<&'a str>) -> Option<&'a str> {
+    own.filter(|n| !n.is_empty())
+        .or(request.filter(|n| !n.is_empty()))
+}
+
 /// Judges one request. `settings` is read only when a jump pod is found.
 pub fn review(request: &Request<'_>, settings: Option<&RawValue>) -> Outcome {
     let Some(object) = request.object else {
         return Outcome::accept();
     };
-    if !matches!(request.operation, "CREATE" | "UPDATE") {
-        return Outcome::accept();
-    }
-    let judged = match (request.group, request.kind) {
-        ("", "Pod") => classify_pod(object, request.name),
-        ("apps", "ReplicaSet") => classify_replica_set(object),
-        _ => return Outcome::accept(),
+    let judged = match scope(request.operation, request.group, request.kind) {
+        Scope::Pod => classify_pod(object, request.name),
+        Scope::ReplicaSet => classify_replica_set(object),
+        Scope::Other => return Outcome::accept(),
     };
     let (schema, name) = match judged {
         Ok(Some(found)) => found,
@@ -184,18 +208,12 @@ pub fn review_view<'a>(
     let Some(head) = request.object else {
         return Some(Outcome::accept());
     };
-    if !matches!(request.operation, "CREATE" | "UPDATE") {
-        return Some(Outcome::accept());
+    match scope(request.operation, request.group, request.kind) {
+        Scope::Pod => {}
+        Scope::ReplicaSet => return None,
+        Scope::Other => return Some(Outcome::accept()),
     }
-    match (request.group, request.kind) {
-        ("", "Pod") => {}
-        ("apps", "ReplicaSet") => return None,
-        _ => return Some(Outcome::accept()),
-    }
-    let name = head
-        .name()
-        .filter(|n| !n.is_empty())
-        .or(request.name.filter(|n| !n.is_empty()));
+    let name = judged_name(head.name(), request.name);
     let app = head
         .labels()
         .and_then(|l| l.get(schema::NAME_LABEL))
@@ -241,10 +259,7 @@ fn classify_pod(
     let head: PodHead = serde_json::from_slice(object.get().as_bytes())
         .map_err(|e| format!("cannot read the pod's metadata: {e}"))?;
     let meta = head.metadata.as_ref();
-    let name = meta
-        .and_then(|m| m.name.as_deref())
-        .filter(|n| !n.is_empty())
-        .or(request_name.filter(|n| !n.is_empty()));
+    let name = judged_name(meta.and_then(|m| m.name.as_deref()), request_name);
     let Some(schema) = schema::classify(meta.and_then(Meta::app), name) else {
         return Ok(None);
     };

@@ -10,6 +10,7 @@
 //! answers None, and the payload takes the serde path, which decides exactly as before.
 //! A test bends and cuts every byte of four requests to hold the scan to that.
 
+use crate::admission::{self, Scope};
 use crate::schema;
 
 /// The objects the one-pass read reads field by field; `Skipped` is any other value.
@@ -177,21 +178,22 @@ pub fn accepts(payload: &[u8]) -> Option<Option<&str>> {
         return None;
     }
     // The verdict, as `admission::review_view` reaches it before it reads more.
-    let name = slots[usize::from(NAME)];
-    if seen & OBJECT_SEEN == 0
-        || !matches!(slots[usize::from(OPERATION)], Some("CREATE" | "UPDATE"))
-    {
+    let slot = |slot: u8| slots[usize::from(slot)];
+    let name = slot(NAME);
+    if seen & OBJECT_SEEN == 0 {
         return Some(name);
     }
-    let slot = |slot: u8| slots[usize::from(slot)];
-    match (slot(GROUP).unwrap_or(""), slot(KIND).unwrap_or("")) {
-        ("", "Pod") => {}
-        ("apps", "ReplicaSet") => return None,
-        _ => return Some(name),
+    let operation = slot(OPERATION).unwrap_or_default();
+    match admission::scope(
+        operation,
+        slot(GROUP).unwrap_or(""),
+        slot(KIND).unwrap_or(""),
+    ) {
+        Scope::Pod => {}
+        Scope::ReplicaSet => return None,
+        Scope::Other => return Some(name),
     }
-    let pod_name = slot(POD_NAME)
-        .filter(|n| !n.is_empty())
-        .or(name.filter(|n| !n.is_empty()));
+    let pod_name = admission::judged_name(slot(POD_NAME), name);
     schema::classify(slot(APP), pod_name)
         .is_none()
         .then_some(name)
