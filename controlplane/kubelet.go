@@ -65,7 +65,6 @@ type fakeKubelet struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 	mu     sync.Mutex
 	states map[string]*nodeState
-	played int                              // nodes adopted through playLabel
 	leases map[string]*coordinationv1.Lease // last written, per node
 }
 
@@ -258,8 +257,9 @@ func (k *fakeKubelet) nodeChanged(obj any) {
 	adopted := !mine && node.Labels[playLabel] == "true"
 	if adopted {
 		// Pod IPs 10.244.<index>.x: after the registered nodes, within an octet.
-		st = &nodeState{index: k.shape.count + 1 + k.played%(250-k.shape.count), nextIP: 2}
-		k.played++
+		// States are never removed, so the nodes adopted so far are the rest.
+		played := len(k.states) - k.shape.count
+		st = &nodeState{index: k.shape.count + 1 + played%(250-k.shape.count), nextIP: 2}
 		k.states[node.Name] = st
 		mine = true
 	}
