@@ -143,8 +143,13 @@ pub async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(c
         panic!("no unschedulable finding: {report}")
     };
     assert_eq!(reason, "Unschedulable");
+    // The scheduler's words: no node of the cluster fits, and cpu is why. The node count is
+    // not asserted: scenarios 6b, 7d and 7e add nodes of their own to the shared control
+    // plane (some cordoned or tainted), so it depends on which tests ran first.
     assert!(
-        message.contains("0/3 nodes are available") && message.contains("Insufficient cpu"),
+        message.starts_with("0/")
+            && message.contains(" nodes are available: ")
+            && message.contains("Insufficient cpu"),
         "{message}"
     );
     let err = cluster.resolve(&config).await.unwrap_err();
