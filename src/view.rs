@@ -548,10 +548,9 @@ mod tests {
     /// A container as the rules see it: list, index, name, and each side's value per resource.
     type ReadContainer = (List, usize, String, Vec<(String, Option<String>)>);
 
-    fn typed_agrees(pod: &Value) {
-        let text = pod.to_string();
-        let typed: Result<Pod, _> = serde_json::from_str(&text);
-        match (PodView::read(&text), typed) {
+    fn typed_agrees(text: &str) {
+        let typed: Result<Pod, _> = serde_json::from_str(text);
+        match (PodView::read(text), typed) {
             (Some(view), Ok(typed)) => {
                 let from_typed = PodView::of_pod(&typed);
                 assert_eq!(view.name(), from_typed.name(), "{text}");
@@ -599,21 +598,100 @@ mod tests {
         }
     }
 
+    /// Escapes in every string the view reads: the name, label keys and values, a
+    /// container's name, resource names and quantities (`\u` escapes, a surrogate pair, the
+    /// short escapes). Raw text: a Rust literal would resolve `\u{..}` before JSON sees it.
+    const ESCAPED: &str = r#"{"metadata": {"name": "a\"b\u0041", "labels": {"k\n": "v\\",
+        "app.kubernetes.io\/name": "dstack\u002Dssh-proxy", "\u00e9": "\ud83d\ude00"}},
+        "spec": {"containers": [{"name": "\u00e9\t", "resources": {"requests": {"cpu": "5\u0030m",
+        "m\u0065mory": "1\u0047i"}, "limits": {"\u0063pu": "\u0035\u0030m"}}}]}}"#;
+
+    /// Duplicate keys where the view reads: a label and a quantity. Raw text: `json!`
+    /// keeps only one of two equal keys.
+    const DUPLICATED: &str = r#"{"metadata": {"name": "p", "labels": {"a": "b", "a": "c"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "cpu": "2"}}}]}}"#;
+
     #[rstest]
-    #[case::a_full_pod(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "labels": {"a": "b", "a": "c"}, "annotations": {"x": "y"},
+    #[case::a_full_pod(r#"{"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "labels": {"a": "b", "c": "d"}, "annotations": {"x": "y"},
                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]},
-        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1", "cpu": "2"}, "limits": {"memory": 5, "cpu": 0.5}}}],
-                 "initContainers": [{"name": "i", "resources": null}]}}))]
-    #[case::nulls_everywhere(json!({"metadata": {"name": null, "labels": null, "ownerReferences": null},
-        "spec": {"containers": null, "initContainers": [{"name": null, "resources": {"requests": null}}]}}))]
-    #[case::escaped_strings(json!({"metadata": {"name": "a\"b", "labels": {"k\n": "v\\"}},
-        "spec": {"containers": [{"name": "\u{e9}\t", "resources": {"requests": {"cpu": "5\u{6d}"}}}]}}))]
-    #[case::spec_null(json!({"metadata": {"name": "p"}, "spec": null}))]
-    #[case::metadata_null(json!({"metadata": null}))]
-    fn the_view_reads_what_the_typed_pod_holds(#[case] pod: Value) {
-        typed_agrees(&pod);
-        assert!(PodView::read(&pod.to_string()).is_some());
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": 5, "cpu": 0.5}}}],
+                 "initContainers": [{"name": "i", "resources": null}]}}"#)]
+    #[case::nulls_everywhere(r#"{"metadata": {"name": null, "labels": null, "ownerReferences": null},
+        "spec": {"containers": null, "initContainers": [{"name": null, "resources": {"requests": null}}]}}"#)]
+    #[case::escaped_strings(ESCAPED)]
+    #[case::spec_null(r#"{"metadata": {"name": "p"}, "spec": null}"#)]
+    #[case::metadata_null(r#"{"metadata": null}"#)]
+    fn the_view_reads_what_the_typed_pod_holds(#[case] text: &str) {
+        typed_agrees(text);
+        assert!(PodView::read(text).is_some());
+    }
+
+    #[test]
+    fn escapes_are_read_as_the_text_they_stand_for() {
+        let view = PodView::read(ESCAPED).expect("the view reads escaped strings");
+        assert_eq!(view.name(), Some("a\"bA"));
+        let labels = view.labels().expect("labels");
+        assert_eq!(
+            labels.get("app.kubernetes.io/name").map(Text::as_str),
+            Some("dstack-ssh-proxy")
+        );
+        assert_eq!(labels.get("\u{e9}").map(Text::as_str), Some("\u{1f600}"));
+        let (_, _, container) = view.spec.as_ref().unwrap().all().next().unwrap();
+        assert_eq!(container.name(), "\u{e9}\t");
+        let quantity =
+            |map: Option<&Amounts>, key| map.and_then(|m| m.get(key)).map(|q| q.0.to_string());
+        assert_eq!(
+            quantity(container.requests(), "cpu").as_deref(),
+            Some("50m")
+        );
+        assert_eq!(
+            quantity(container.requests(), "memory").as_deref(),
+            Some("1Gi")
+        );
+        assert_eq!(quantity(container.limits(), "cpu").as_deref(), Some("50m"));
+    }
+
+    #[test]
+    fn a_duplicate_key_is_left_to_the_typed_parse_which_keeps_the_last() {
+        assert!(PodView::read(DUPLICATED).is_none());
+        let typed: Pod = serde_json::from_str(DUPLICATED).expect("the typed parse reads it");
+        assert_eq!(typed.metadata.labels.unwrap()["a"], "c");
+        let requests = typed.spec.unwrap().containers[0]
+            .resources
+            .clone()
+            .unwrap()
+            .requests
+            .unwrap();
+        assert_eq!(requests["cpu"].0, "2");
+        // So a jump pod is judged by the last of two requests, whichever order they come in.
+        let judge = |first: &str, last: &str| {
+            let text = format!(
+                r#"{{"metadata": {{"name": "dstack-main-ssh-jump-pod-x7k2q", "labels": {{"app.kubernetes.io/name": "dstack-ssh-proxy"}}}},
+                   "spec": {{"containers": [{{"name": "c", "resources": {{
+                     "requests": {{"cpu": "{first}", "memory": "1Gi", "ephemeral-storage": "64Mi", "cpu": "{last}"}},
+                     "limits": {{"cpu": "500m", "memory": "1Gi"}}}}}}]}}}}"#
+            );
+            let object = RawValue::from_string(text).unwrap();
+            crate::admission::review(
+                &crate::admission::Request {
+                    group: "",
+                    kind: "Pod",
+                    operation: "CREATE",
+                    name: None,
+                    object: Some(&object),
+                    old_object: None,
+                },
+                None,
+            )
+        };
+        assert_eq!(judge("50m", "500m"), crate::admission::Outcome::accept());
+        let rejected = judge("500m", "50m");
+        assert!(
+            matches!(&rejected, crate::admission::Outcome::Reject { message, .. }
+                if message.contains("cpu request 50m is not equal to its limit 500m")),
+            "{rejected:?}"
+        );
     }
 
     #[rstest]
