@@ -25,8 +25,10 @@ const (
 	controllerUser  = "system:kube-controller-manager"
 	schedulerUser   = "system:kube-scheduler"
 	fakeKubeletUser = "jumppod:fake-kubelet"
+	demoUser        = "demo"
 	mastersGroup    = "system:masters"
-	plainUserCount  = 9
+	plainUserCount  = 40
+	testerCount     = 64
 )
 
 func newIdentity(name string, groups ...string) identity {
@@ -39,8 +41,11 @@ func newIdentity(name string, groups ...string) identity {
 
 // identities: admin and the fake kubelet are in system:masters; the
 // controller manager and scheduler rely on RBAC's bootstrap roles for their
-// well-known user names, as kubeadm clusters do; user-1..user-9 have no group
+// well-known user names, as kubeadm clusters do; user-1..user-40 have no group
 // beyond system:authenticated, so every right they have is one a test gave.
+// tester-1..tester-64 and demo are in system:masters too: each is the identity
+// of one test (or of the demo), so that the audit log tells its requests from
+// every other test's and no test's grants reach another.
 func identities() []identity {
 	ids := []identity{
 		newIdentity(adminUser, mastersGroup),
@@ -51,7 +56,10 @@ func identities() []identity {
 	for i := 1; i <= plainUserCount; i++ {
 		ids = append(ids, newIdentity(fmt.Sprintf("user-%d", i)))
 	}
-	return ids
+	for i := 1; i <= testerCount; i++ {
+		ids = append(ids, newIdentity(fmt.Sprintf("tester-%d", i), mastersGroup))
+	}
+	return append(ids, newIdentity(demoUser, mastersGroup))
 }
 
 // tokenFile renders the static token file: token,user,uid,"group1,group2".
@@ -86,7 +94,7 @@ func kubeconfigPath(dir string, id identity) string {
 	switch {
 	case id.name == adminUser:
 		return filepath.Join(dir, "admin.kubeconfig")
-	case strings.HasPrefix(id.name, "user-"):
+	case strings.HasPrefix(id.name, "user-"), strings.HasPrefix(id.name, "tester-"), id.name == demoUser:
 		return filepath.Join(dir, "users", id.name+".kubeconfig")
 	default:
 		name := strings.NewReplacer("system:", "", "jumppod:", "", ":", "-").Replace(id.name)
@@ -94,12 +102,14 @@ func kubeconfigPath(dir string, id identity) string {
 	}
 }
 
-// auditPolicy records every request once, when its response is complete, at
-// level Metadata: verb, resource, user and user agent, without bodies.
+// auditPolicy records every request twice, at level Metadata (verb, resource,
+// user and user agent, without bodies): when it is received, written before it
+// is handled (--audit-log-mode=blocking), so a client that holds its answer
+// finds its request in the log already, which is what tests count; and when
+// its response is complete, with the status code (watches: when they end).
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages:
-  - RequestReceived
   - ResponseStarted
 rules:
   - level: Metadata
