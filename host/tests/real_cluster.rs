@@ -2,7 +2,8 @@
 //! (ReplicaSet, garbage collector, ...) and kube-scheduler 1.36, built from Kubernetes' Go
 //! modules, with fake nodes (`controlplane/`). `make test` starts it once and runs this file
 //! inside `jumppod-controlplane run`, which sets `JUMPPOD_CLUSTER_DIR`; each test works in a
-//! namespace of its own. API requests are counted from the apiserver's audit log.
+//! namespace of its own, the code under test as a user of its own, whose requests are counted
+//! from the apiserver's audit log.
 //!
 //! Where the simulator and this file disagree, Kubernetes is right: these tests pin what the
 //! real API server and controllers do (the uid-precondition wording, name lengths, the
@@ -11,7 +12,7 @@
 mod common;
 
 use common::both::{self, Cluster};
-use common::cluster::{admin, admin_kubeconfig, cluster_dir, namespace, typed, wait_for};
+use common::cluster::{Webhook, admin, admin_kubeconfig, namespace, typed, wait_for};
 use common::{Release, config_for};
 use jumppod::schema;
 use jumppod_host::action::Finding;
@@ -340,110 +341,6 @@ async fn a_namespace_being_deleted_is_reported_as_such_not_as_missing_rbac() {
         .expect("release the namespace");
 }
 
-/// `jumppod webhook`, the real binary, serving the policy module with the control plane's
-/// webhook pair; what `jumppod webhook-configuration` prints registers it for one namespace.
-struct Webhook {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl Webhook {
-    fn start() -> Webhook {
-        use std::io::BufRead as _;
-        let module = std::env::var("JUMPPOD_POLICY_WASM")
-            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../policy.wasm").into());
-        let dir = cluster_dir().join("webhook");
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
-            .args(["webhook", "--listen", "127.0.0.1:0", "--policy", &module])
-            .arg("--tls-cert")
-            .arg(dir.join("tls.crt"))
-            .arg("--tls-key")
-            .arg(dir.join("tls.key"))
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("jumppod webhook");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("serving AdmissionReviews on https://")
-            .and_then(|rest| rest.strip_suffix("/mutate"))
-            .unwrap_or_else(|| panic!("the webhook did not start: {line:?}"))
-            .to_owned();
-        Webhook { child, addr }
-    }
-
-    /// One raw HTTPS request, the answer's status line and body.
-    async fn post(&self, body: &str) -> (String, String) {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        use tokio_rustls::rustls;
-        let mut roots = rustls::RootCertStore::empty();
-        let ca = std::fs::read(cluster_dir().join("webhook/ca.crt")).unwrap();
-        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .unwrap();
-        let request = format!(
-            "POST /mutate HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        tls.write_all(request.as_bytes()).await.unwrap();
-        let mut answer = String::new();
-        tls.read_to_string(&mut answer).await.unwrap();
-        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-        (head.lines().next().unwrap().to_owned(), body.to_owned())
-    }
-
-    fn configuration(&self, failure_policy: &str, ns: &str) -> Value {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
-            .args([
-                "webhook-configuration",
-                "-o",
-                "json",
-                "--failure-policy",
-                failure_policy,
-            ])
-            .args([
-                "--only-namespace",
-                ns,
-                "--url",
-                &format!("https://{}/mutate", self.addr),
-            ])
-            .arg("--ca-bundle")
-            .arg(cluster_dir().join("webhook/ca.crt"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-}
-
-impl Drop for Webhook {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The policy as a real admission webhook (issue 8 §4): the real apiserver sends it pods and
 /// ReplicaSets of one namespace. A bare pre-#3891 pod is mutated on its way in (current
 /// labels, Guaranteed) and adopted by the ReplicaSet ensure creates; the pods of an
@@ -598,7 +495,7 @@ async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
     .await;
 }
 
-/// Scenario 10 without any RBAC object, as `user-9` (common/both.rs).
+/// Scenario 10 without any RBAC object, as a user granted nothing (common/both.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant() {
     both::without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant(
@@ -624,7 +521,8 @@ async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
         .await;
 }
 
-/// 10, `namespaces create` for a namespace that does not exist (common/both.rs), as `user-1`.
+/// 10, `namespaces create` for a namespace that does not exist (common/both.rs), each case as
+/// a user of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
     for with_create in [false, true] {
@@ -637,7 +535,7 @@ async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
     }
 }
 
-/// The CLI's exit codes (common/both.rs); 5 as `user-9`, whom no test grants anything.
+/// The CLI's exit codes (common/both.rs); 5 as a user granted nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_say_what_went_wrong() {
     both::exit_codes_say_what_went_wrong(&Cluster::real("rc-cli-exit").await).await;
@@ -650,9 +548,9 @@ async fn keys_are_added_listed_and_removed_through_the_binary() {
         .await;
 }
 
-/// 9 (common/both.rs): an older dstack server runs jobs after the upgrade. This control plane
-/// has no admission webhook for pods here, so the old server's pod is sent as the policy's
-/// mutation leaves it; the real ReplicaSet controller adopts it and deletes it as surplus.
+/// 9 (common/both.rs): an older dstack server runs jobs after the upgrade. The API server sends
+/// its pod to the policy (`jumppod webhook`, registered for the test's namespace), which
+/// mutates it; the real ReplicaSet controller adopts it and deletes it as surplus.
 #[rstest::rstest]
 #[case::pre_3891_without_a_port("rc-fight-pre", Release::Pre3891, None)]
 #[case::pre_3891_with_a_port("rc-fight-pre-port", Release::Pre3891, Some(30028))]
@@ -665,7 +563,7 @@ async fn an_older_servers_jobs_are_undone_by_the_real_replicaset_controller(
     #[case] port: Option<i32>,
 ) {
     both::an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
-        &Cluster::real(ns).await,
+        &Cluster::real_with_the_policy(ns).await,
         release,
         port,
     )

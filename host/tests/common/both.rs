@@ -52,18 +52,9 @@ pub fn rbac_sim_config() -> SimConfig {
 /// The user the simulator takes for the ServiceAccount `jumppod rbac` prints.
 pub const SA_USER: &str = "system:serviceaccount:dstack:jumppod";
 
-/// The real control plane's user for the RBAC scenario (the others use user-1 to user-7;
-/// user-9 is never granted anything).
-#[cfg(feature = "real-cluster")]
-const RBAC_USER: &str = "user-8";
-
-/// The real control plane's user for rules granted cluster-wide, which would reach every
-/// namespace of the RBAC scenario's user.
-#[cfg(feature = "real-cluster")]
-const CLUSTER_WIDE_USER: &str = "user-1";
-
 /// A backend and the namespace a scenario works in; when dropped, it prints how long the
-/// scenario took (`--nocapture` shows it; the test harness names the thread after the test).
+/// scenario took (`--nocapture` shows it; the test harness names the thread after the test)
+/// and, on the real control plane, removes what the scenario left there, panic or not.
 pub struct Cluster {
     backend: Backend,
     started: std::time::Instant,
@@ -74,9 +65,19 @@ pub struct Cluster {
 enum Backend {
     /// Controllers and the kubelet act only in `settle()`.
     Sim(Sim),
-    /// Shared by every real-cluster test: each works in a namespace of its own.
+    /// Shared by every real-cluster test: each works in a namespace of its own, as a user of
+    /// its own ([`cluster::UserKind::Tester`]), whose requests the audit log counts.
     #[cfg(feature = "real-cluster")]
-    Real { kube: Kube, ns: String },
+    Real {
+        /// The harness's client (`admin`): seeds, reads, waits. Its requests are not counted.
+        admin: Kube,
+        /// The client of the scenario's user, for the code under test.
+        client: kube::Client,
+        user: String,
+        ns: String,
+        /// The users the scenario granted rules to, or handed out as granted nothing.
+        grantees: std::sync::Mutex<Vec<String>>,
+    },
 }
 
 impl Drop for Cluster {
@@ -91,6 +92,11 @@ impl Drop for Cluster {
             std::thread::current().name().unwrap_or("?"),
             self.started.elapsed()
         );
+        #[cfg(feature = "real-cluster")]
+        if let Backend::Real { ns, grantees, .. } = &self.backend {
+            let users = std::mem::take(&mut *grantees.lock().unwrap_or_else(|e| e.into_inner()));
+            cluster::clean_up_after(ns, users);
+        }
     }
 }
 
@@ -104,8 +110,7 @@ impl Cluster {
         Cluster::sim_with(rbac_sim_config()).await
     }
 
-    /// The simulator without the policy's admission (the real control plane of these tests
-    /// has no webhook either, except in the webhook's own test).
+    /// The simulator without the policy's admission (as [`Cluster::real`] has none).
     pub async fn sim_without_the_policy() -> Cluster {
         Cluster::sim_with(SimConfig {
             admission: None,
@@ -122,22 +127,41 @@ impl Cluster {
         }
     }
 
-    /// Whether a pod sent by an older server passes through the policy's mutation on its way
-    /// in; where it does not, the test sends it as the mutation leaves it.
+    /// Whether pods pass through the policy's admission on their way in.
     pub fn mutates_pods(&self) -> bool {
         self.mutates_pods
     }
 
+    /// The real control plane, in namespace `ns` (created by the scenario, or by `ensure`),
+    /// without the policy's webhook.
     #[cfg(feature = "real-cluster")]
     pub async fn real(ns: impl Into<String>) -> Cluster {
+        let user = cluster::fresh_user(cluster::UserKind::Tester);
+        let kube = kube_as(&cluster::kubeconfig_of(&user)).await;
         Cluster {
             started: std::time::Instant::now(),
             mutates_pods: false,
             backend: Backend::Real {
-                kube: cluster::admin().await,
+                admin: cluster::admin().await,
+                client: kube.client,
+                user,
                 ns: ns.into(),
+                grantees: Default::default(),
             },
         }
+    }
+
+    /// The real control plane with the policy as its admission webhook for namespace `ns`,
+    /// which it creates: the real binary `jumppod webhook`, which the API server calls.
+    #[cfg(feature = "real-cluster")]
+    pub async fn real_with_the_policy(ns: impl Into<String>) -> Cluster {
+        let mut cluster = Cluster::real(ns).await;
+        cluster.mutates_pods = true;
+        if let Backend::Real { admin, ns, .. } = &cluster.backend {
+            cluster::namespace(admin, ns).await;
+            cluster::policy_webhook_for(admin, ns).await;
+        }
+        cluster
     }
 
     pub fn ns(&self) -> &str {
@@ -160,12 +184,24 @@ impl Cluster {
         }
     }
 
+    /// A client of the scenario's user, as a command makes one (the production timeout; its
+    /// deadline starts now).
     pub async fn kube(&self) -> Kube {
         match &self.backend {
-            Backend::Sim(sim) => kube(sim).await,
+            Backend::Sim(sim) => kube_as(sim.kubeconfig_path()).await,
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, .. } => kube.clone(),
+            Backend::Real { client, .. } => Kube::new(client.clone(), Duration::from_secs(30)),
         }
+    }
+
+    /// A user of the real control plane for this scenario alone, cleaned up after it.
+    #[cfg(feature = "real-cluster")]
+    fn grantee(&self) -> String {
+        let user = cluster::fresh_user(cluster::UserKind::Plain);
+        if let Backend::Real { grantees, .. } = &self.backend {
+            grantees.lock().unwrap().push(user.clone());
+        }
+        user
     }
 
     pub fn config(&self, extra: &str) -> Config {
@@ -184,7 +220,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => namespace(sim, NS),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::namespace(kube, ns).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::namespace(kube, ns).await,
         }
     }
 
@@ -193,7 +231,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => seed_bare_pod(sim, phase, current),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => {
+            Backend::Real {
+                admin: kube, ns, ..
+            } => {
                 // Run by the fake kubelet first, then finished the way the kubelet finishes it.
                 cluster::bare_pod(kube, ns, current).await;
                 match phase {
@@ -211,7 +251,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => seed_service(sim, port, current),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => {
+            Backend::Real {
+                admin: kube, ns, ..
+            } => {
                 cluster::service_of(kube, ns, "main", port, current).await;
                 self.get("services", SVC).await.expect("the Service")
             }
@@ -223,7 +265,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => sim.settle().await,
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::settled(kube, ns).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::settled(kube, ns).await,
         }
     }
 
@@ -231,7 +275,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => sim.get(resource, Some(NS), name),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::get(kube, ns, resource, name).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::get(kube, ns, resource, name).await,
         }
     }
 
@@ -243,7 +289,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => sim.list(resource, Some(NS)),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::list(kube, ns, resource).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::list(kube, ns, resource).await,
         }
     }
 
@@ -264,14 +312,16 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => sim.evict_pod(NS, name),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::evict(kube, ns, name).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::evict(kube, ns, name).await,
         }
     }
 
     /// A client of a user granted the Role, RoleBinding, ClusterRole and ClusterRoleBinding
     /// `jumppod rbac` prints for `rules` (on the simulator the printed ServiceAccount; on the
-    /// real control plane its plain user `user-8`, once the authorizer has the rules and lacks
-    /// `refused`).
+    /// real control plane a plain user of this call alone, once the authorizer has the rules
+    /// and lacks `refused`).
     pub async fn granted(&self, rules: &[Rule], refused: &[(&str, &str, &str)]) -> Kube {
         match &self.backend {
             Backend::Sim(sim) => {
@@ -280,13 +330,14 @@ impl Cluster {
                 for o in jumppod_host::rbac::objects_with(rules, NS, "jumppod") {
                     sim.seed(o);
                 }
-                kube_at(&sim.kubeconfig_for(SA_USER)).await
+                kube_as(&sim.kubeconfig_for(SA_USER)).await
             }
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => {
-                cluster::grant(kube, rules, ns, RBAC_USER).await;
-                cluster::authorized(kube, rules, refused, ns, RBAC_USER).await;
-                kube_at(&cluster::cluster_dir().join(format!("users/{RBAC_USER}.kubeconfig"))).await
+            Backend::Real { admin, ns, .. } => {
+                let user = self.grantee();
+                cluster::grant(admin, rules, ns, &user).await;
+                cluster::authorized(admin, rules, refused, ns, &user).await;
+                kube_as(&cluster::kubeconfig_of(&user)).await
             }
         }
     }
@@ -303,14 +354,14 @@ impl Cluster {
                 for o in cluster_wide_objects(rules, NS, "jumppod") {
                     sim.seed(o);
                 }
-                kube_at(&sim.kubeconfig_for(SA_USER)).await
+                kube_as(&sim.kubeconfig_for(SA_USER)).await
             }
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => {
-                let user = CLUSTER_WIDE_USER;
-                cluster::grant_cluster_wide(kube, rules, ns, user).await;
-                cluster::authorized(kube, rules, refused, ns, user).await;
-                kube_at(&cluster::cluster_dir().join(format!("users/{user}.kubeconfig"))).await
+            Backend::Real { admin, ns, .. } => {
+                let user = self.grantee();
+                cluster::grant_cluster_wide(admin, rules, ns, &user).await;
+                cluster::authorized(admin, rules, refused, ns, &user).await;
+                kube_as(&cluster::kubeconfig_of(&user)).await
             }
         }
     }
@@ -325,21 +376,23 @@ impl Cluster {
         }
     }
 
-    /// The kubeconfig of a user nobody granted anything (on the simulator, RBAC must be on).
+    /// The kubeconfig of a user nobody granted anything (on the simulator, RBAC must be on;
+    /// on the real control plane a plain user of this call alone).
     pub fn nobody_kubeconfig(&self) -> std::path::PathBuf {
         match &self.backend {
             Backend::Sim(sim) => sim.kubeconfig_for("nobody"),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { .. } => cluster::cluster_dir().join("users/user-9.kubeconfig"),
+            Backend::Real { .. } => cluster::kubeconfig_of(&self.grantee()),
         }
     }
 
-    /// The kubeconfig of the backend's admin (the simulator's user).
+    /// The kubeconfig of the scenario's user, whose requests [`Cluster::requests_of`] counts
+    /// (the simulator's admin; on the real control plane a user in system:masters).
     pub fn kubeconfig(&self) -> std::path::PathBuf {
         match &self.backend {
             Backend::Sim(sim) => sim.kubeconfig_path().to_owned(),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { .. } => cluster::admin_kubeconfig(),
+            Backend::Real { user, .. } => cluster::kubeconfig_of(user),
         }
     }
 
@@ -348,7 +401,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => sim.get("namespaces", None, NS).is_some(),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => {
+            Backend::Real {
+                admin: kube, ns, ..
+            } => {
                 let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
                     kube::Api::all(kube.client.clone());
                 api.get_opt(ns).await.expect("read the namespace").is_some()
@@ -387,6 +442,19 @@ impl Cluster {
         }
     }
 
+    /// Until the ReplicaSet controller has acted on every pod created so far (on the
+    /// simulator, whose controllers act only in `settle()`, that is any time after it).
+    pub async fn replicaset_controller_caught_up(&self) {
+        match &self.backend {
+            Backend::Sim(_) => {}
+            #[cfg(feature = "real-cluster")]
+            Backend::Real { admin, ns, .. } => {
+                let labels = jumppod::schema::current_labels(NAME, "main");
+                cluster::replicaset_controller_caught_up(admin, ns, labels).await
+            }
+        }
+    }
+
     /// Until `ensure` finds what `is` picks, which a controller or the kubelet writes.
     pub async fn until_ensure_finds(&self, config: &Config, what: &str, is: fn(&Finding) -> bool) {
         self.until(what, || async {
@@ -422,7 +490,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => sim.delete(resource, Some(NS), name),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::delete(kube, ns, resource, name).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::delete(kube, ns, resource, name).await,
         }
         self.until_gone(resource, name).await;
     }
@@ -439,7 +509,9 @@ impl Cluster {
                     .expect("create the LimitRange");
             }
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::limit_range(kube, ns, range).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::limit_range(kube, ns, range).await,
         }
     }
 
@@ -458,7 +530,9 @@ impl Cluster {
                 sim.seed(pod);
             }
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::stranded_legacy_pod(kube, ns).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::stranded_legacy_pod(kube, ns).await,
         }
     }
 
@@ -468,7 +542,9 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => sim.add_node(node),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, ns } => cluster::played_node(kube, ns, node.to_json()).await,
+            Backend::Real {
+                admin: kube, ns, ..
+            } => cluster::played_node(kube, ns, node.to_json()).await,
         }
     }
 
@@ -479,22 +555,21 @@ impl Cluster {
         match &self.backend {
             Backend::Sim(sim) => sim.remove_node(name),
             #[cfg(feature = "real-cluster")]
-            Backend::Real { kube, .. } => cluster::remove_node(kube, name).await,
+            Backend::Real { admin: kube, .. } => cluster::remove_node(kube, name).await,
         }
     }
 
-    /// Leaves nothing behind on the shared real control plane: the namespace, the RBAC
-    /// scenario's grants, the nodes it added.
+    /// The end of a scenario that must leave nothing behind on the shared real control plane
+    /// before the next starts (the namespace, the grants, the nodes it added): what dropping
+    /// it does, panic or not.
     pub async fn finish(self) {
-        #[cfg(feature = "real-cluster")]
-        if let Backend::Real { kube, ns } = &self.backend {
-            cluster::revoke_and_delete(kube, ns, RBAC_USER).await;
-            cluster::revoke_and_delete(kube, ns, CLUSTER_WIDE_USER).await;
-            cluster::remove_played_nodes(kube, ns).await;
-        }
+        drop(self);
     }
 
-    /// `verb path` of the requests `f` makes in the namespace.
+    /// `verb path` of every request made as the scenario's user while `f` runs: on the
+    /// simulator every request it logs (the harness reads it in process); on the real control
+    /// plane every request of the user in the audit log, cluster-scoped ones included, each
+    /// logged before it was handled, so none is missed and none waited for.
     pub async fn requests_of<T>(
         &self,
         f: impl std::future::Future<Output = T>,
@@ -509,11 +584,11 @@ impl Cluster {
                 (out, lines)
             }
             #[cfg(feature = "real-cluster")]
-            Backend::Real { ns, .. } => {
+            Backend::Real { user, .. } => {
                 let audit = cluster::audit();
                 let from = audit.mark();
                 let out = f.await;
-                (out, audit.since(from, ns).await)
+                (out, audit.by_user(from, user))
             }
         }
     }

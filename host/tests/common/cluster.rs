@@ -8,11 +8,12 @@
 //! namespace outlives it, so no test here may ask for 30022 (one did, and failed when the
 //! demo ran first).
 
-use super::kube_at;
+pub use super::kube_as;
 use jumppod::schema;
 use jumppod_e2e::audit::Audit;
 use jumppod_host::api::Kube;
 use jumppod_host::rbac::{self, RULES, Rule};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, Secret, Service};
@@ -22,6 +23,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// The control plane `jumppod-controlplane run` started for this test run.
@@ -37,7 +39,41 @@ pub fn admin_kubeconfig() -> PathBuf {
 }
 
 pub async fn admin() -> Kube {
-    kube_at(&admin_kubeconfig()).await
+    kube_as(&admin_kubeconfig()).await
+}
+
+/// The kubeconfig of one of the control plane's users (controlplane/credentials.go).
+pub fn kubeconfig_of(user: &str) -> PathBuf {
+    cluster_dir().join(format!("users/{user}.kubeconfig"))
+}
+
+/// What a scenario's user may do.
+#[derive(Clone, Copy, Debug)]
+pub enum UserKind {
+    /// `tester-N`, in system:masters: the identity of a scenario's own requests, which the
+    /// audit log then tells from every other test's.
+    Tester,
+    /// `user-N` from 10 up (user-1..9 are the controller's tests'): no rights but those a
+    /// scenario grants it.
+    Plain,
+}
+
+/// A user of the control plane that no other scenario of this test process has had or will
+/// have: nobody else's grants reach it, and its requests are the scenario's alone. The control
+/// plane makes a fixed number (controlplane/credentials.go).
+pub fn fresh_user(kind: UserKind) -> String {
+    static TESTERS: AtomicUsize = AtomicUsize::new(1);
+    static PLAIN: AtomicUsize = AtomicUsize::new(10);
+    let (next, prefix) = match kind {
+        UserKind::Tester => (&TESTERS, "tester-"),
+        UserKind::Plain => (&PLAIN, "user-"),
+    };
+    let user = format!("{prefix}{}", next.fetch_add(1, Ordering::SeqCst));
+    assert!(
+        kubeconfig_of(&user).exists(),
+        "the control plane has no user {user}: make more in controlplane/credentials.go"
+    );
+    user
 }
 
 /// Waits for `check` to give Some, polling; fails naming what was awaited.
@@ -347,65 +383,132 @@ pub async fn list(kube: &Kube, ns: &str, resource: &str) -> Vec<Value> {
     }
 }
 
-/// The real controllers and the fake kubelet have done what they will do: every ReplicaSet
-/// has caught up with its spec (its status, and the active pods it owns: its status lags
-/// behind an eviction until the controller has seen it), every active pod is Ready or refused
-/// by the scheduler, and two looks 300 ms apart agree.
+/// The real controllers and the fake kubelet have done what they will do, as the API shows it:
+/// every ReplicaSet has seen its latest spec (observedGeneration), owns as many active pods
+/// as it wants and says so in its status (replicas, readyReplicas: it lags behind an eviction
+/// or a pod's readiness until the controller has seen them), no active pod without a
+/// controller matches a ReplicaSet's selector (the controller is about to adopt it), and every
+/// active pod is Ready or refused by the scheduler. Polled; fails after 90 s naming what was
+/// still missing.
 pub async fn settled(kube: &Kube, ns: &str) {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
     let look = || async {
-        let pods = pods.list(&Default::default()).await.ok()?.items;
-        let sets = sets.list(&Default::default()).await.ok()?.items;
-        let mut seen = Vec::new();
+        let pods = pods
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items;
+        let sets = sets
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items;
+        let active: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| jumppod_host::objects::is_active(p))
+            .collect();
         for rs in &sets {
+            let rs_name = jumppod_host::objects::name_of(&rs.metadata);
             let status = rs.status.clone().unwrap_or_default();
             let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            let owned = pods
+            let owned: Vec<&&Pod> = active
                 .iter()
-                .filter(|p| jumppod_host::objects::is_active(p))
                 .filter(|p| {
-                    jumppod_host::objects::controller_of(p).is_some_and(|(kind, name)| {
-                        kind == "ReplicaSet" && Some(name) == rs.metadata.name.as_deref()
-                    })
+                    jumppod_host::objects::controller_of(p)
+                        .is_some_and(|(kind, name)| kind == "ReplicaSet" && name == rs_name)
                 })
+                .collect();
+            let ready = owned
+                .iter()
+                .filter(|p| jumppod_host::objects::is_ready(p))
                 .count();
-            if status.observed_generation != rs.metadata.generation
-                || status.replicas != wanted
-                || owned != wanted as usize
-            {
-                return None;
+            if status.observed_generation != rs.metadata.generation {
+                return Err(format!("ReplicaSet {rs_name} to observe its generation"));
             }
-            seen.push(format!("{:?} {:?}", rs.metadata.name, status));
+            if owned.len() != wanted as usize
+                || status.replicas != wanted
+                || status.ready_replicas.unwrap_or(0) as usize != ready
+            {
+                return Err(format!(
+                    "ReplicaSet {rs_name} to own {wanted} active pods and count them ({} owned, \
+                     {ready} ready; status: {} replicas, {:?} ready)",
+                    owned.len(),
+                    status.replicas,
+                    status.ready_replicas
+                ));
+            }
+            let selector = jumppod_host::objects::replicaset_selector(rs);
+            let orphan = active.iter().find(|p| {
+                let labels = p.metadata.labels.clone().unwrap_or_default();
+                jumppod_host::objects::controller_of(p).is_none()
+                    && !selector.is_empty()
+                    && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+            });
+            if let Some(pod) = orphan {
+                return Err(format!(
+                    "ReplicaSet {rs_name} to adopt the pod {}",
+                    jumppod_host::objects::name_of(&pod.metadata)
+                ));
+            }
         }
-        for pod in &pods {
-            let active = jumppod_host::objects::is_active(pod);
+        for pod in active {
             let placed_or_refused = jumppod_host::objects::is_ready(pod)
                 || jumppod_host::objects::unschedulable(pod).is_some();
-            if active && !placed_or_refused {
-                return None;
+            if !placed_or_refused {
+                return Err(format!(
+                    "pod {} to be Ready or refused by the scheduler",
+                    jumppod_host::objects::name_of(&pod.metadata)
+                ));
             }
-            seen.push(format!(
-                "{:?} {:?} {:?}",
-                pod.metadata.name, pod.metadata.resource_version, pod.metadata.deletion_timestamp
-            ));
         }
-        Some(seen)
+        Ok(())
     };
+    let limit = Duration::from_secs(90);
     let start = Instant::now();
     loop {
-        if let Some(first) = look().await {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            if look().await == Some(first) {
-                return;
-            }
-        }
+        let missing = match look().await {
+            Ok(()) => return,
+            Err(missing) => missing,
+        };
         assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "namespace {ns} did not settle in 90 s"
+            start.elapsed() < limit,
+            "namespace {ns} did not settle in {limit:?}: still waiting for {missing}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Until the ReplicaSet controller has acted on every pod of `ns` created so far: a probe pod
+/// with `labels` (those of a ReplicaSet's selector) that no node can take is adopted and, as
+/// the surplus pod it deletes first (unassigned pods go first), deleted. The controller's
+/// informer delivers a namespace's pods in the order they were written, so by then it had seen
+/// every earlier pod: what it did not do about one, it will not do.
+pub async fn replicaset_controller_caught_up(
+    kube: &Kube,
+    ns: &str,
+    labels: std::collections::BTreeMap<String, String>,
+) {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let probe: Pod = typed(json!({
+        "metadata": {"generateName": "probe-", "labels": labels},
+        "spec": {"nodeSelector": {"jumppod.test/no-such-node": "true"},
+                 "containers": [{"name": "probe", "image": schema::DEFAULT_IMAGE}]}
+    }));
+    let probe = pods
+        .create(&PostParams::default(), &probe)
+        .await
+        .expect("create the probe pod");
+    let name = jumppod_host::objects::name_of(&probe.metadata).to_owned();
+    let what = format!("the ReplicaSet controller to adopt and delete the probe pod {name}");
+    wait_for(&what, || async {
+        pods.get_opt(&name)
+            .await
+            .expect("read the probe pod")
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 /// The control plane's audit log, which counts API requests here.
@@ -516,17 +619,223 @@ pub async fn authorized(
     .await;
 }
 
-/// Deletes what [`grant`] made cluster-wide for `ns` and `user`, and the namespace.
-pub async fn revoke_and_delete(admin: &Kube, ns: &str, user: &str) {
+/// Deletes what [`grant`] made cluster-wide for `ns` and `user` (the namespaced objects go
+/// with the namespace).
+async fn revoke(admin: &Kube, ns: &str, user: &str) {
     let name = format!("jumppod-{ns}-{user}");
     let c = admin.client.clone();
     let _ = Api::<ClusterRoleBinding>::all(c.clone())
         .delete(&name, &Default::default())
         .await;
-    let _ = Api::<ClusterRole>::all(c.clone())
+    let _ = Api::<ClusterRole>::all(c)
         .delete(&name, &Default::default())
         .await;
-    let _ = Api::<Namespace>::all(c)
-        .delete(ns, &Default::default())
-        .await;
+}
+
+/// Leaves nothing of a scenario behind on the shared control plane: its webhook
+/// configuration, what it granted its `users`, the nodes it added, its namespace. Called from
+/// `Drop`, so on a panic too: Drop cannot await, so on a thread and a runtime of its own.
+pub fn clean_up_after(ns: &str, users: Vec<String>) {
+    let ns = ns.to_owned();
+    let cleanup = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the cleanup");
+        runtime.block_on(async {
+            let admin = admin().await;
+            let _ = Api::<MutatingWebhookConfiguration>::all(admin.client.clone())
+                .delete(&webhook_configuration_name(&ns), &Default::default())
+                .await;
+            for user in &users {
+                revoke(&admin, &ns, user).await;
+            }
+            remove_played_nodes(&admin, &ns).await;
+            let _ = Api::<Namespace>::all(admin.client.clone())
+                .delete(&ns, &Default::default())
+                .await;
+        })
+    });
+    if cleanup.join().is_err() {
+        eprintln!("the cleanup of a scenario's namespace failed; see its panic above");
+    }
+}
+
+/// `jumppod webhook`, the real binary, serving the policy module with the control plane's
+/// webhook pair. It runs under `sh`, which stops it when its stdin closes: when this is
+/// dropped, or when the test process ends, however it ends (the shared one is never dropped).
+pub struct Webhook {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    pub addr: String,
+}
+
+impl Webhook {
+    /// How long the webhook may take to compile the module and listen (about 5 s alone).
+    const START: Duration = Duration::from_secs(120);
+
+    pub fn start() -> Webhook {
+        use std::io::BufRead as _;
+        let module = std::env::var("JUMPPOD_POLICY_WASM")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../policy.wasm").into());
+        let dir = cluster_dir().join("webhook");
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#""$0" "$@" & read -r _line; kill "$!"; wait "$!""#)
+            .arg(env!("CARGO_BIN_EXE_jumppod"))
+            .args(["webhook", "--listen", "127.0.0.1:0", "--policy", &module])
+            .arg("--tls-cert")
+            .arg(dir.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(dir.join("tls.key"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("jumppod webhook");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("the webhook's stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            // Read on, so that the webhook never blocks on a full pipe.
+            lines.for_each(drop);
+        });
+        let line = match rx.recv_timeout(Webhook::START) {
+            Ok(Some(Ok(line))) => line,
+            Ok(other) => panic!("the webhook ended before saying where it serves: {other:?}"),
+            Err(_) => panic!(
+                "timed out after {:?} waiting for the webhook to print \
+                 `serving AdmissionReviews on https://...`",
+                Webhook::START
+            ),
+        };
+        let addr = line
+            .trim()
+            .strip_prefix("serving AdmissionReviews on https://")
+            .and_then(|rest| rest.strip_suffix("/mutate"))
+            .unwrap_or_else(|| panic!("the webhook did not start: {line:?}"))
+            .to_owned();
+        Webhook { child, stdin, addr }
+    }
+
+    /// One raw HTTPS request, the answer's status line and body.
+    pub async fn post(&self, body: &str) -> (String, String) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        use tokio_rustls::rustls;
+        let mut roots = rustls::RootCertStore::empty();
+        let ca = std::fs::read(cluster_dir().join("webhook/ca.crt")).unwrap();
+        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let request = format!(
+            "POST /mutate HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tls.read_to_string(&mut answer).await.unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        (head.lines().next().unwrap().to_owned(), body.to_owned())
+    }
+
+    /// What `jumppod webhook-configuration` prints to register this webhook for `ns`.
+    pub fn configuration(&self, failure_policy: &str, ns: &str) -> Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+            .args([
+                "webhook-configuration",
+                "-o",
+                "json",
+                "--failure-policy",
+                failure_policy,
+            ])
+            .args([
+                "--only-namespace",
+                ns,
+                "--url",
+                &format!("https://{}/mutate", self.addr),
+            ])
+            .arg("--ca-bundle")
+            .arg(cluster_dir().join("webhook/ca.crt"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        // Its stdin closed, `sh` stops the webhook and waits for it.
+        drop(self.stdin.take());
+        let limit = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < limit {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("the webhook did not stop within 30 s of its stdin closing");
+        let _ = self.child.kill();
+    }
+}
+
+/// The name of the webhook configuration that sends a scenario's namespace to the policy.
+fn webhook_configuration_name(ns: &str) -> String {
+    format!("jumppod-{ns}")
+}
+
+/// The policy as the API server's admission webhook for the pods and ReplicaSets of `ns`
+/// (which must exist), as a cluster with the policy has it: one `jumppod webhook` for the
+/// whole test process, registered for each such namespace by what `jumppod
+/// webhook-configuration` prints. Returns once the API server calls it for a pod of `ns`.
+pub async fn policy_webhook_for(admin: &Kube, ns: &str) {
+    use std::sync::OnceLock;
+    static SHARED: OnceLock<Webhook> = OnceLock::new();
+    let webhook = tokio::task::spawn_blocking(|| SHARED.get_or_init(Webhook::start))
+        .await
+        .expect("start the webhook");
+    let mut configuration = webhook.configuration("Fail", ns);
+    configuration["metadata"]["name"] = json!(webhook_configuration_name(ns));
+    Api::<MutatingWebhookConfiguration>::all(admin.client.clone())
+        .create(&PostParams::default(), &typed(configuration))
+        .await
+        .expect("register the webhook");
+    // The API server reads webhook configurations through an informer: a moment later, a
+    // dry-run pre-#3891 pod comes back with the current labels.
+    let name = schema::jump_pod_name("main");
+    let legacy: Pod = bare_pod_on(&name, schema::legacy_selector(&name), "node-1");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
+    let what = format!("the API server to send a dry-run pod of {ns} to the policy's webhook");
+    wait_for(&what, || async {
+        pods.create(&dry, &legacy).await.ok().filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(schema::INSTANCE_LABEL))
+        })
+    })
+    .await;
 }

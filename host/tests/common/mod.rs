@@ -64,7 +64,21 @@ pub async fn start() -> Sim {
     Sim::start(sim_config()).await.expect("simulator")
 }
 
-/// A host client for a kubeconfig, with a short per-request timeout so stalls are retried.
+/// A host client for a kubeconfig, with the production request timeout and backoff (what
+/// `jumppod` uses): for every backend that stalls nothing on purpose. A request timed out and
+/// retried under load would add one to a count a test asserts.
+pub async fn kube_as(path: &Path) -> Kube {
+    let (client, _) = client(&ClientOptions {
+        kubeconfig: Some(path.to_owned()),
+        ..ClientOptions::default()
+    })
+    .await
+    .expect("client");
+    Kube::new(client, Duration::from_secs(30))
+}
+
+/// A host client for a kubeconfig of the simulator, with a short per-request timeout, so that
+/// the stalls the fault tests inject are retried quickly.
 pub async fn kube_at(path: &Path) -> Kube {
     let (client, _) = client(&ClientOptions {
         kubeconfig: Some(path.to_owned()),
@@ -276,9 +290,6 @@ pub struct OldServer {
     pub release: Release,
     /// Its `proxy_jump.port`: the NodePort it asks for when it recreates the Service.
     pub port: Option<i32>,
-    /// Send the pod as the jumppod policy's mutation leaves it (its labels and resources):
-    /// for a cluster without the policy's webhook that must show what the policy changes.
-    pub as_the_policy_mutates: bool,
 }
 
 /// What one job of the older server did to the jump pod's objects.
@@ -357,29 +368,22 @@ where
             Err(e) if jumppod_host::api::is_not_found(&e) => {}
             Err(e) => panic!("delete the pod: {e}"),
         }
-        let (labels, selector, schema) = match old.release {
-            Release::Pre3891 => (
-                schema::legacy_selector(NAME),
-                schema::legacy_selector(NAME),
-                schema::Schema::Legacy,
-            ),
+        let (labels, selector) = match old.release {
+            Release::Pre3891 => (schema::legacy_selector(NAME), schema::legacy_selector(NAME)),
             Release::Post3891 => (
                 schema::current_labels(NAME, "main"),
                 schema::current_selector(NAME),
-                schema::Schema::Current,
             ),
         };
-        let mut body = json!({
+        // As the older server sends it: whatever the policy makes of it is the backend's
+        // admission's doing (the simulator's, or the real API server calling `jumppod webhook`).
+        let body = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": NAME, "labels": labels},
             "spec": {"containers": [{
                 "name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE,
                 "ports": [{"containerPort": 22}]}]}
         });
-        if old.as_the_policy_mutates {
-            let typed: Pod = serde_json::from_value(body.clone()).expect("a pod");
-            jumppod::mutate::plan(&typed, schema, &jumppod::Contract::default()).apply(&mut body);
-        }
         let body: Pod = serde_json::from_value(body).expect("a pod");
         job.pod_created = Some(
             pods.create(&PostParams::default(), &body)

@@ -40,7 +40,7 @@ pub async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_t
     cluster.namespace().await;
     cluster.seed_bare_pod("Failed", false).await;
     cluster.seed_service(30069, false).await;
-    let nobody = kube_at(&cluster.nobody_kubeconfig()).await;
+    let nobody = kube_as(&cluster.nobody_kubeconfig()).await;
     let err = rbac_flow(cluster, &nobody).await.unwrap_err();
     assert_eq!(err.exit_code(), 5, "{err}");
     let way_out = format!("jumppod rbac --namespace {}", cluster.ns());
@@ -50,8 +50,8 @@ pub async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_t
 /// Scenario 10: a RoleBinding cannot exist in a namespace that does not exist, so `namespaces
 /// create` is needed when the namespaced rules are granted cluster-wide (a ClusterRoleBinding):
 /// with it `ensure` makes the namespace; without it the error names the verb and nothing is
-/// made. Each case needs a fresh backend (the cases, one after the other: the real control
-/// plane has one user for cluster-wide rules).
+/// made. Each case needs a fresh backend (on the real control plane, a namespace and a user of
+/// its own).
 pub async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist(
     cluster: Cluster,
     with_create: bool,

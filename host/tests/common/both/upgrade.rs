@@ -311,19 +311,60 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
     assert_eq!(applied[0].outcome, Outcome::AlreadyExisted);
 }
 
+/// How long the ReplicaSet's pod has been ready, by the ready time the API recorded, before an
+/// older server's first job on the real control plane. Here a time is the fact itself: the
+/// ReplicaSet controller chooses between two ready pods by ⌊log2⌋ of the nanoseconds each has
+/// been ready at the moment it compares them, from ready times recorded to the second
+/// (LogarithmicScaleDown), and only when those buckets are equal by uid, a coin toss. 5 s
+/// puts the ReplicaSet's pod in bucket 32 or above (2^32 ns = 4.29 s); the older server's pod
+/// is compared within half a second of its creation (10-378 ms measured), so its recorded
+/// ready time is under 2 s old (bucket 30 or below) and it is the one deleted. A jump pod that
+/// has run for more than a few seconds is what the scenario is about; on the simulator its
+/// controller deletes the older server's pod before its kubelet has run it.
+const READY_BEFORE_THE_OLD_SERVERS_JOBS: Duration = Duration::from_secs(5);
+
+/// Until the pod's Ready condition, as the API recorded it, is `age` old by this machine's
+/// clock, the clock of the control plane's controllers too.
+async fn until_ready_for(cluster: &Cluster, pod: &str, age: Duration) {
+    let found = cluster.get("pods", pod).await.expect("the pod");
+    let found: k8s_openapi::api::core::v1::Pod = serde_json::from_value(found).expect("a pod");
+    let since = found
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .and_then(|c| c.last_transition_time)
+        .unwrap_or_else(|| panic!("pod {pod} is not Ready"))
+        .0
+        .as_second();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970");
+    let ready_at = Duration::from_secs(u64::try_from(since).expect("a ready time after 1970"));
+    let ready_for = now.saturating_sub(ready_at);
+    println!("pod {pod} ready for {ready_for:?}; waiting until it has been for {age:?}");
+    tokio::time::sleep(age.saturating_sub(ready_for)).await;
+}
+
 /// Scenario 9: an older dstack server still running jobs after the upgrade, as it really
 /// behaves: its `run_job` reads the jump pod by exact name, never finds the ReplicaSet's pod,
 /// and on every job deletes the Service, creates it again (on a NodePort the cluster allocates
 /// unless its `proxy_jump.port` is set) and creates a bare pod `<name>`, then looks for that pod
-/// by name and fails. The policy's mutation gives the bare pod the current labels, so the
-/// ReplicaSet controller adopts it and deletes it as surplus (it keeps its older, ready pod);
-/// `ensure` reports the fight and, for a pre-#3891 server, puts the current selector back on
-/// the recreated Service's NodePort.
+/// by name and fails. The policy's mutation, which the backend's admission applies on the
+/// way in (on the real control plane `jumppod webhook`, called by the API server), gives the
+/// bare pod the current labels, so the ReplicaSet controller adopts it and deletes it as
+/// surplus (it keeps its older, ready pod); `ensure` reports the fight and, for a pre-#3891
+/// server, puts the current selector back on the recreated Service's NodePort.
 pub async fn an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
     cluster: &Cluster,
     release: Release,
     port: Option<i32>,
 ) {
+    assert!(
+        cluster.mutates_pods(),
+        "a backend with the policy's admission"
+    );
     let config = cluster.config(&match port {
         Some(p) => format!("hostname: h\nport: {p}"),
         None => "hostname: h".to_owned(),
@@ -332,19 +373,12 @@ pub async fn an_older_server_in_the_loop_recreates_the_service_and_fails_each_jo
     cluster.settle().await;
     let first_pod = cluster.resolve(&config).await.expect("resolve").proxy.pod;
     if !cluster.is_sim() {
-        // The ReplicaSet controller ranks two ready pods by the base-2 logarithm of how long
-        // each has been ready, at the seconds of their timestamps (LogarithmicScaleDown): a
-        // pod ready for 1 s and one ready for 1.5 s are a coin toss (by uid), so it may keep
-        // the older server's pod. Let the ReplicaSet's pod be ready twice as long as the
-        // older server's can be when the controller compares them, as on a cluster where the
-        // jump pod has run for more than a few seconds.
-        tokio::time::sleep(Duration::from_secs(6)).await;
+        until_ready_for(cluster, &first_pod, READY_BEFORE_THE_OLD_SERVERS_JOBS).await;
     }
     let old = OldServer {
         namespace: cluster.ns().into(),
         release,
         port,
-        as_the_policy_mutates: !cluster.mutates_pods(),
     };
     let kube = cluster.kube().await;
     let mut ports = vec![node_port(&cluster.service().await) as i32];
@@ -448,15 +482,13 @@ pub async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicase
         namespace: cluster.ns().into(),
         release: Release::Pre3891,
         port: None,
-        as_the_policy_mutates: false,
     };
     let kube = cluster.kube().await;
     let first = old_server_job(&kube, &old, || async {
         cluster.settle().await;
-        // Give the real ReplicaSet controller time to act, if it would.
-        if !cluster.is_sim() {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        }
+        // What the ReplicaSet controller did about the old server's pod is final once it has
+        // acted on a pod created after it.
+        cluster.replicaset_controller_caught_up().await;
     })
     .await;
     assert!(first.found_running(), "its pod runs beside: {first:?}");
