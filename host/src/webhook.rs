@@ -354,20 +354,71 @@ mod tests {
         assert!(message.contains(says), "{message}");
     }
 
+    /// A bare AdmissionRequest of policy/test_data as the API server sends it: in a review.
+    fn reviewed(request: &str) -> Value {
+        let request: Value = serde_json::from_str(request).unwrap();
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        answer(body.to_string().as_bytes())
+    }
+
+    /// The expected answers are written out (the verdicts and messages kwctl run gives for the
+    /// same fixtures, policy/e2e.bats), not computed by the policy and the response builder
+    /// that `review` itself calls.
     #[test]
-    fn a_request_is_answered_as_kwctl_run_answers_it_under_its_uid() {
-        let fixture =
-            include_str!("../../policy/test_data/admission_review_legacy_bare_pod_create.json");
-        let document: Value = serde_json::from_str(fixture).unwrap();
-        let response = answer(fixture.as_bytes());
-        let request = &document["request"];
-        let expected = admission_response(request, &Native.validate(request, &json!({})).unwrap());
-        assert_eq!(response, expected);
-        assert_eq!(response["uid"], request["uid"]);
-        assert_eq!(
-            response["patchType"], "JSONPatch",
-            "a legacy bare pod is mutated"
+    fn a_legacy_bare_pod_gets_its_uid_and_the_patch_that_labels_and_sizes_it() {
+        let mut response = answer(
+            include_str!("../../policy/test_data/admission_review_legacy_bare_pod_create.json")
+                .as_bytes(),
         );
+        use base64::Engine as _;
+        let patch = response.as_object_mut().unwrap().remove("patch");
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(patch.as_ref().and_then(Value::as_str).expect("a patch"))
+            .expect("the patch is base64");
+        let patch: Value = serde_json::from_slice(&patch).expect("the patch is JSON");
+        assert_eq!(
+            response,
+            json!({"uid": "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41", "allowed": true, "patchType": "JSONPatch"})
+        );
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1instance", "value": "dstack-main-ssh-jump-pod"},
+                {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1managed-by", "value": "dstack"},
+                {"op": "add", "path": "/metadata/labels/k8s.dstack.ai~1project", "value": "main"},
+                {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {"cpu": "500m", "memory": "1Gi"}},
+                {"op": "add", "path": "/spec/containers/0/resources/requests",
+                 "value": {"cpu": "500m", "ephemeral-storage": "64Mi", "memory": "1Gi"}},
+            ])
+        );
+    }
+
+    const BEST_EFFORT: &str = "container \"dstack-main-ssh-jump-pod-container\": cpu has no request and no limit (Guaranteed QoS needs both, equal); \
+        container \"dstack-main-ssh-jump-pod-container\": memory has no request and no limit (Guaranteed QoS needs both, equal); \
+        container \"dstack-main-ssh-jump-pod-container\": ephemeral-storage request is missing (at least 64Mi is required)";
+
+    #[rstest]
+    #[case::an_ordinary_pod_is_allowed_untouched(
+        include_str!("../../policy/test_data/ordinary_pod_create.json"),
+        json!({"uid": "6b2e9f1a-4c7d-4e8b-a3f5-1d9c7e2b4a60", "allowed": true}))]
+    #[case::an_undersized_jump_pod_is_refused_naming_container_value_and_minimum(
+        include_str!("../../policy/test_data/undersized_jump_pod_create.json"),
+        json!({"uid": "c3e6a9d2-1f4b-4c8e-9a7d-5b2e8f1c4a73", "allowed": false, "status": {"message":
+            "jump pod \"dstack-main-ssh-jump-pod-w5n8r\" does not meet the jump-pod contract: \
+             container \"dstack-main-ssh-jump-pod-container\": cpu request 50m is below the minimum 100m"}}))]
+    #[case::a_best_effort_replicaset_template_is_refused_not_mutated(
+        include_str!("../../policy/test_data/replicaset_besteffort_template_create.json"),
+        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": false, "status": {"message": format!(
+            "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract: {BEST_EFFORT}")}}))]
+    #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning(
+        include_str!("../../policy/test_data/legacy_pod_adoption_update.json"),
+        json!({"uid": "4a7d0c3f-6e9b-4b2e-a5d8-1c4f7a0d3e66", "allowed": true, "warnings": [format!(
+            "jump pod \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract (accepted: its resources did not change): {BEST_EFFORT}")]}))]
+    fn a_request_gets_the_policys_verdict_under_its_uid(
+        #[case] request: &str,
+        #[case] expected: Value,
+    ) {
+        assert_eq!(reviewed(request), expected);
     }
 
     #[test]
