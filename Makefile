@@ -9,11 +9,15 @@ TARGET_DIR   := $(CURDIR)/target
 POLICY_WASM  := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_policy.wasm
 POLICY_SRC   := $(shell find src policy/src -name '*.rs') Cargo.toml Cargo.lock policy/Cargo.toml
 ACCEPT_ALL_WASM := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_accept_all.wasm
+SPIN_WASM    := $(TARGET_DIR)/$(WASM_TARGET)/release/jumppod_spin.wasm
+NO_WASM_DIR  := $(TARGET_DIR)/no-wasm
 export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
 export JUMPPOD_ACCEPT_ALL_WASM := $(ACCEPT_ALL_WASM)
+export JUMPPOD_SPIN_WASM := $(SPIN_WASM)
+export JUMPPOD_NO_WASM_BIN := $(NO_WASM_DIR)/debug/jumppod
 CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
 
-.PHONY: all setup kubectl sshd policy accept-all test lint fmt unit demo demo-real bench bench-controller e2e-kwctl clean controlplane controlplane-check cluster-up
+.PHONY: all setup kubectl sshd policy accept-all spin no-wasm test lint fmt unit demo demo-real bench bench-controller e2e-kwctl clean controlplane controlplane-check cluster-up
 
 all: policy
 
@@ -55,6 +59,19 @@ annotated-policy.wasm: policy.wasm policy/metadata.yml policy/README.md
 accept-all: setup
 	$(CARGO) build -p jumppod-accept-all --target $(WASM_TARGET) --release
 
+## spin: a waPC guest whose validate never returns (tests/fixtures/spin), for the webhook's
+## deadline test (host/tests/webhook.rs)
+spin: setup
+	$(CARGO) build -p jumppod-spin --target $(WASM_TARGET) --release
+
+## no-wasm: the binary without the Wasm runtime (--no-default-features: the native gate only),
+## which host/tests/cli.rs runs. In a target directory of its own: built in target/ it would
+## take the place of target/debug/jumppod, the binary every other test runs, until the next
+## default build; and its dependencies' features differ from the workspace's, so target/ would
+## not have them built anyway. No wasmtime: a cold build takes a few minutes, then seconds.
+no-wasm:
+	$(CARGO) build -p jumppod-host --no-default-features --target-dir $(NO_WASM_DIR)
+
 ## lint: formatting and clippy, warnings are errors
 lint: setup
 	$(CARGO) fmt --all -- --check
@@ -62,9 +79,9 @@ lint: setup
 
 ## unit: every test of the workspace, the host's against the simulator and against the real
 ## control plane (started once, around the whole run; tests/real_cluster.rs needs it), then
-## one line that adds up every test binary's result. The policy Wasm is built first: the tests
-## load it.
-unit: policy kubectl sshd $(CONTROLPLANE)
+## one line that adds up every test binary's result. The policy Wasm, the spinning guest and
+## the binary without Wasm are built first: the tests load and run them.
+unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE)
 	set -o pipefail; $(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
 	  $(CARGO) test --workspace --features jumppod-host/real-cluster,jumppod-e2e/real-cluster --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log

@@ -44,7 +44,21 @@ pub async fn client(options: &ClientOptions) -> Result<(Client, String), HostErr
         context: options.context.clone(),
         ..KubeConfigOptions::default()
     };
-    let kubeconfig_error = |what: String| move |source| HostError::Client { what, source };
+    let kubeconfig_error = |what: String| {
+        move |source| match source {
+            // A context the kubeconfig lacks is the operator's to fix: a usage error (exit 2).
+            kube::config::KubeconfigError::LoadContext(name)
+                if options.context.as_ref() == Some(&name) =>
+            {
+                HostError::Config(crate::config::ConfigError {
+                    field: "--context".into(),
+                    value: name,
+                    problem: format!("{what}: it has no such context"),
+                })
+            }
+            source => HostError::Client { what, source },
+        }
+    };
     let mut config = match (&options.kubeconfig, &options.context) {
         (Some(path), _) => {
             let kc = Kubeconfig::read_from(path).map_err(kubeconfig_error(format!(

@@ -265,3 +265,240 @@ async fn eval_of_several_files_answers_one_line_each_in_order() {
 async fn keys_are_added_listed_and_removed_through_the_binary() {
     both::keys_are_added_listed_and_removed_through_the_binary(&Cluster::sim().await).await;
 }
+
+/// A bad value of a flag: exit 2 (usage or configuration, host/README.md) with a message
+/// naming the flag and the value. The kubeconfig named does not exist: each is refused before
+/// the cluster is reached for, which would be another error.
+#[rstest::rstest]
+#[case::memory_not_a_quantity(&["--memory", "1GB"], "invalid `memory` \"1GB\"")]
+#[case::output_not_a_format(&["-o", "yaml"], "invalid value 'yaml' for '--output <OUTPUT>'")]
+#[case::timeout_not_a_duration(&["--timeout", "soon"],
+    "invalid value 'soon' for '--timeout <TIMEOUT>': \"soon\" is not a duration like 30s, 500ms or 2m")]
+#[case::timeout_of_zero(&["--timeout", "0s"], "invalid value '0s' for '--timeout <TIMEOUT>': \"0s\" must be positive")]
+#[case::timeout_in_days(&["--timeout", "2d"],
+    "invalid value '2d' for '--timeout <TIMEOUT>': \"2d\": unknown unit \"d\" (ms, s, m, h)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_flag_value_exits_2_naming_the_flag_and_the_value(
+    #[case] flag: &[&str],
+    #[case] says: &str,
+) {
+    let mut args = vec![
+        "--kubeconfig",
+        "/nonexistent/jumppod.kubeconfig",
+        "ensure",
+        "-n",
+        "dstack",
+        "-p",
+        "main",
+        "--ssh-public-key",
+        common::KEY,
+    ];
+    args.extend(flag);
+    let out = jumppod(&args).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(says),
+        "{says}\nnot in:\n{}",
+        text(&out)
+    );
+}
+
+/// A context the kubeconfig does not have: exit 2 naming `--context` and the name, whether
+/// the kubeconfig comes from --kubeconfig or from KUBECONFIG. Its one cluster is a port
+/// nothing listens on: nothing is asked of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_the_kubeconfig_lacks_exits_2_naming_it() {
+    let dir = std::env::temp_dir().join(format!("jumppod-cli-context-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: only\n\
+         clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: only, context: {cluster: c, user: u}}]\n",
+    )
+    .unwrap();
+    let status = ["status", "-n", "dstack", "-p", "main", "--context", "nope"];
+    let by_flag =
+        jumppod(&[&["--kubeconfig", kubeconfig.to_str().unwrap()], &status[..]].concat()).await;
+    let by_env = tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+        .args(status)
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .unwrap();
+    for (how, out) in [("--kubeconfig", by_flag), ("KUBECONFIG", by_env)] {
+        assert_eq!(out.status.code(), Some(2), "{how}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("invalid `--context` \"nope\""),
+            "{how}: {}",
+            text(&out)
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Without --policy and without $JUMPPOD_POLICY_WASM, `eval` runs ./policy.wasm, what `make
+/// policy` writes at the top of the repository; where there is none, it says how to build it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_runs_policy_wasm_of_the_working_directory_by_default() {
+    let dir = std::env::temp_dir().join(format!("jumppod-cli-default-{}", std::process::id()));
+    let (with, without) = (dir.join("with"), dir.join("without"));
+    std::fs::create_dir_all(&with).unwrap();
+    std::fs::create_dir_all(&without).unwrap();
+    let module = policy_module();
+    std::fs::copy(&module, with.join("policy.wasm"))
+        .unwrap_or_else(|e| panic!("{module}: {e} (`make policy` builds it)"));
+    let eval = |cwd: std::path::PathBuf| async move {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+            .args(["eval", &fixture("undersized_jump_pod_create.json")])
+            .current_dir(cwd)
+            .env_remove("JUMPPOD_POLICY_WASM")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .unwrap()
+    };
+    let out = eval(with).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(json_of(&out)["allowed"], false, "{}", text(&out));
+    assert_eq!(
+        json_of(&out)["uid"],
+        "c3e6a9d2-1f4b-4c8e-9a7d-5b2e8f1c4a73",
+        "{}",
+        text(&out)
+    );
+
+    let out = eval(without).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot read the policy module policy.wasm (`make policy` builds it)"),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The binary built without the Wasm runtime (`--no-default-features`, `make no-wasm`), the
+/// native gate only: it has no `eval` or `webhook`, refuses `--policy` saying why, and does
+/// its work against the simulator: ensure, resolve, and a ReplicaSet below the floor refused
+/// by the native gate (exit 3) with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_without_wasm_judges_with_the_native_policy() {
+    let binary = std::env::var("JUMPPOD_NO_WASM_BIN").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/no-wasm/debug/jumppod"
+        )
+        .to_owned()
+    });
+    assert!(
+        std::path::Path::new(&binary).is_file(),
+        "{binary} is missing: `make no-wasm` builds it"
+    );
+    let run = |args: Vec<String>| {
+        let binary = binary.clone();
+        async move {
+            tokio::process::Command::new(binary)
+                .args(args)
+                .env_remove("RUST_LOG")
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let owned = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    let out = run(owned(&["--help"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let help = String::from_utf8_lossy(&out.stdout);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        // A command's line is indented by two; its wrapped description by more.
+        .filter(|l| !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        commands,
+        ["ensure", "resolve", "status", "keys", "rbac", "run", "help"],
+        "{help}"
+    );
+    let out = run(owned(&["eval", &fixture("ordinary_pod_create.json")])).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unrecognized subcommand 'eval'"),
+        "{}",
+        text(&out)
+    );
+
+    let cluster = Cluster::sim().await;
+    let kc = cluster.kubeconfig();
+    let target = |project: &str| {
+        owned(&[
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+            "-n",
+            cluster.ns(),
+            "-p",
+            project,
+            "--ssh-public-key",
+            common::KEY,
+            "--hostname",
+            "203.0.113.10",
+        ])
+    };
+    let with = |command: &str, project: &str, extra: &[&str]| {
+        let mut args = owned(&[command]);
+        args.extend(target(project));
+        args.extend(owned(extra));
+        args
+    };
+    let out = run(with("ensure", "main", &["--policy", "policy.wasm"])).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "invalid `--policy` \"policy.wasm\": this jumppod was built without the Wasm runtime"
+        ),
+        "{}",
+        text(&out)
+    );
+    let out = run(with("ensure", "main", &[])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    cluster.settle().await;
+    let out = run(with("resolve", "main", &[])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let service = cluster.service().await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next(),
+        Some(&*format!(
+            "root@203.0.113.10:{}",
+            service["spec"]["ports"][0]["nodePort"]
+        )),
+        "{}",
+        text(&out)
+    );
+
+    let out = run(with("ensure", "small", &["--cpu", "50m"])).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cpu request 50m is below the minimum 100m"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        cluster
+            .get("replicasets", "dstack-small-ssh-jump-pod")
+            .await
+            .is_none(),
+        "the native gate refused it before it was written"
+    );
+}
