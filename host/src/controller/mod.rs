@@ -5,7 +5,8 @@
 //! caches alone ([`index`] decides, [`crate::apply`] writes), so a steady cluster costs no
 //! request beyond the watches. One project is never reconciled twice at once; a failing one
 //! is retried with jittered exponential backoff while the others go on. With leader election
-//! only the holder of the Lease watches and writes ([`lease`]).
+//! only the holder of the Lease watches and writes ([`lease`]), and its writes pass a
+//! [`Fence`] that closes at the renew deadline by its own clock.
 
 pub mod index;
 pub mod lease;
@@ -29,7 +30,7 @@ use metrics::{ActionLabel, Metrics, ResultLabel, Role};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -76,6 +77,67 @@ pub struct Clients {
     pub write: Client,
 }
 
+/// Until when this replica may write, by its own clock: the renew deadline after its last
+/// successful look at the Lease was sent. Another replica takes the Lease only once it has seen
+/// it unchanged for the lease duration, longer than the renew deadline, from a look after that
+/// write. Aborting the reconciles when the lease is lost is not enough: a replica paused
+/// (SIGSTOP, a frozen VM) past its lease resumes with its watches' news and its timers due at
+/// once, and its reconciles can write before it notices the loss. The fence refuses such
+/// writes unsent.
+#[derive(Clone)]
+struct Fence(Option<Arc<Mutex<Instant>>>);
+
+impl Fence {
+    /// No leader election: every write passes.
+    fn open() -> Fence {
+        Fence(None)
+    }
+
+    /// Closed until the first successful look at the Lease.
+    fn closed() -> Fence {
+        Fence(Some(Arc::new(Mutex::new(Instant::now()))))
+    }
+
+    fn until(&self) -> Option<std::sync::MutexGuard<'_, Instant>> {
+        let until = self.0.as_ref()?;
+        // The lock guards one Instant: a panic elsewhere cannot leave it half written.
+        Some(until.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn extend_to(&self, until: Instant) {
+        if let Some(mut u) = self.until() {
+            *u = until;
+        }
+    }
+
+    fn close(&self) {
+        self.extend_to(Instant::now());
+    }
+
+    fn holds(&self) -> bool {
+        self.until().is_none_or(|u| Instant::now() < *u)
+    }
+
+    /// `client`, its requests refused unsent once the fence is closed.
+    fn guard(&self, client: Client) -> Client {
+        let fence = self.clone();
+        let default_namespace = client.default_namespace().to_owned();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let client = client.clone();
+            let fence = fence.clone();
+            async move {
+                if !fence.holds() {
+                    return Err(tower::BoxError::from(
+                        "not sent: this replica's lease may have passed to another (its renew deadline is over)",
+                    ));
+                }
+                client.send(request).await.map_err(tower::BoxError::from)
+            }
+        });
+        Client::new(service, default_namespace)
+    }
+}
+
 /// Runs until `shutdown` resolves; then stops writing and releases the Lease.
 pub async fn run(
     clients: Clients,
@@ -108,10 +170,11 @@ async fn lead_or_stand_by(
     let Some(election) = options.election.clone() else {
         tracing::info!("leader election off: this replica writes");
         tokio::select! {
-            result = control(clients, options, metrics) => return result,
+            result = control(clients, options, metrics, Fence::open()) => return result,
             () = &mut shutdown => return Ok(()),
         }
     };
+    let fence = Fence::closed();
     let mut elector = Elector::new(
         clients.write.clone(),
         &election.namespace,
@@ -122,16 +185,21 @@ async fn lead_or_stand_by(
     loop {
         metrics.set_role(Role::Standby);
         tokio::select! {
-            acquired = acquire(&mut elector, &election) => acquired,
+            acquired = acquire(&mut elector, &election, &fence) => acquired,
             () = &mut shutdown => return Ok(()),
         }
         tracing::info!(lease = %election.lease, identity = %election.identity, "leading: watching and writing");
         metrics.set_role(Role::Syncing);
-        let mut controller =
-            tokio::spawn(control(clients.clone(), options.clone(), metrics.clone()));
+        let mut controller = tokio::spawn(control(
+            clients.clone(),
+            options.clone(),
+            metrics.clone(),
+            fence.clone(),
+        ));
         tokio::select! {
-            lost = hold(&mut elector) => {
+            lost = hold(&mut elector, &fence) => {
                 // Stopped, not only asked to stop: no write of this replica may follow.
+                fence.close();
                 controller.abort();
                 let _ = controller.await;
                 tracing::error!(lease = %election.lease, reason = %lost, "lost the lease: stopped writing; standing by");
@@ -145,6 +213,7 @@ async fn lead_or_stand_by(
                 };
             }
             () = &mut shutdown => {
+                fence.close();
                 controller.abort();
                 let _ = controller.await;
                 return elector.release().await;
@@ -154,11 +223,15 @@ async fn lead_or_stand_by(
 }
 
 /// Looks at the Lease every retry period until this replica holds it.
-async fn acquire(elector: &mut Elector, election: &Election) {
+async fn acquire(elector: &mut Elector, election: &Election, fence: &Fence) {
     let mut last_holder = None;
     loop {
+        let asked = Instant::now();
         match elector.look().await {
-            Ok(Look::Leading) => return,
+            Ok(Look::Leading) => {
+                fence.extend_to(asked + election.timing.renew_deadline);
+                return;
+            }
             Ok(Look::Following { holder }) => {
                 if last_holder.as_ref() != Some(&holder) {
                     tracing::info!(lease = %election.lease, %holder, "standing by: another replica leads");
@@ -173,15 +246,20 @@ async fn acquire(elector: &mut Elector, election: &Election) {
     }
 }
 
-/// Renews every retry period; returns why leadership was lost.
-async fn hold(elector: &mut Elector) -> String {
+/// Renews every retry period, counting the renew deadline from when a renewal was sent;
+/// returns why leadership was lost.
+async fn hold(elector: &mut Elector, fence: &Fence) -> String {
     let timing = elector.timing();
     let mut renewed = Instant::now();
     loop {
         tokio::time::sleep(timing.retry_period).await;
         let left = timing.renew_deadline.saturating_sub(renewed.elapsed());
+        let asked = Instant::now();
         match tokio::time::timeout(left, elector.look()).await {
-            Ok(Ok(Look::Leading)) => renewed = Instant::now(),
+            Ok(Ok(Look::Leading)) => {
+                renewed = asked;
+                fence.extend_to(asked + timing.renew_deadline);
+            }
             Ok(Ok(Look::Following { holder })) => return format!("{holder} holds it"),
             Ok(Err(e)) => tracing::warn!(error = %e.report(), "cannot renew the lease"),
             Err(_) => {}
@@ -317,12 +395,14 @@ struct Context {
     timeout: Duration,
 }
 
-/// Watches and reconciles until aborted (leadership lost, shutdown).
+/// Watches and reconciles until aborted (leadership lost, shutdown); writes pass `fence`.
 async fn control(
     clients: Clients,
     options: Options,
     metrics: Arc<Metrics>,
+    fence: Fence,
 ) -> Result<(), HostError> {
+    let write = fence.guard(clients.write.clone());
     let ns = options.namespace.as_deref();
     let (replicasets, rs_writer) = reflector::store();
     let (services, svc_writer) = reflector::store();
@@ -405,9 +485,9 @@ async fn control(
     };
     let context = Arc::new(Context {
         caches,
-        write: clients.write.clone(),
+        write: write.clone(),
         recorder: Recorder::new(
-            clients.write.clone(),
+            write,
             Reporter {
                 controller: CONTROLLER_NAME.into(),
                 instance: options.election.as_ref().map(|e| e.identity.clone()),
