@@ -87,6 +87,7 @@ pub use faults::{Fault, FaultAction};
 pub use request_log::RequestRecord;
 
 use cluster::Cluster;
+use controllers::Passes;
 use request::Ctx;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -95,6 +96,12 @@ use std::sync::{Arc, Mutex};
 use store::State;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
+
+/// How many times [`Sim::settle`] waits for due work before it fails. Each wait retires at
+/// least the earliest item due, so only work that keeps arming more (pods replaced as fast as
+/// they start or end) comes near it: no settle in the simulator's tests or the host's
+/// scenarios waits more than once.
+pub const SETTLE_ROUNDS: usize = 100;
 
 /// A running simulator. Dropping it stops the server.
 pub struct Sim {
@@ -200,13 +207,30 @@ impl Sim {
 
     /// Runs the controllers, scheduler and kubelet until nothing changes, waiting for the
     /// kubelet delay and pod termination when they are due within a few seconds.
+    ///
+    /// # Panics
+    /// When the controllers keep changing objects for 1000 passes in a row, or work keeps
+    /// falling due for [`SETTLE_ROUNDS`] waits: the message names the objects still changing
+    /// or the work still due.
     pub async fn settle(&self) {
-        for _ in 0..100_000 {
+        for _ in 0..SETTLE_ROUNDS {
             match controllers::run_until_quiet(&self.inner) {
-                None => return,
-                Some(due) => tokio::time::sleep_until(due.into()).await,
+                Passes::Quiet(None) => return,
+                Passes::Quiet(Some(due)) => tokio::time::sleep_until(due.into()).await,
+                Passes::Restless(changed) => panic!(
+                    "the simulator did not settle: {} passes of its controllers in a row changed \
+                     something; the last changed {}",
+                    controllers::MAX_PASSES,
+                    changed.join(", ")
+                ),
             }
         }
+        let due = controllers::due_work(&self.inner.state());
+        panic!(
+            "the simulator did not settle: after {SETTLE_ROUNDS} waits for due work, still \
+             waiting for {}",
+            due.join(", ")
+        );
     }
 
     /// Inserts an object as-is (see module docs); returns it as stored.

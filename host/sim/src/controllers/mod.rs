@@ -28,7 +28,8 @@ fn pods_def() -> &'static ResDef {
 /// Background loop: a pass whenever something changed or work falls due.
 pub async fn run_background(inner: Arc<Cluster>, mut shutdown: watch::Receiver<bool>) {
     loop {
-        run_until_quiet(&inner);
+        // A restless run waits like a quiet one: the tests' own bounded waits say what is missing.
+        let _ = run_until_quiet(&inner);
         let next = next_due(&inner.state(), None);
         let sleep = async {
             match next {
@@ -53,17 +54,78 @@ fn next_due(st: &State, horizon: Option<Instant>) -> Option<Instant> {
         .min()
 }
 
-/// Runs passes until one changes nothing; returns when more work falls due soon.
-pub fn run_until_quiet(inner: &Cluster) -> Option<Instant> {
+/// Passes in a row that may change something before the controllers count as fighting.
+pub const MAX_PASSES: usize = 1000;
+
+/// What a run of passes ended in.
+pub enum Passes {
+    /// A pass changed nothing; work falls due at this instant, if within the horizon.
+    Quiet(Option<Instant>),
+    /// [`MAX_PASSES`] passes all changed something; the objects the last one changed.
+    Restless(Vec<String>),
+}
+
+/// Runs passes until one changes nothing, or names what still changes after [`MAX_PASSES`].
+pub fn run_until_quiet(inner: &Cluster) -> Passes {
     let mut st = inner.state();
-    for _ in 0..1000 {
+    for _ in 1..MAX_PASSES {
         let before = st.rv;
         pass(&mut st, inner.pod_gc);
         if st.rv == before {
-            break;
+            return Passes::Quiet(next_due(&st, Some(Instant::now() + SETTLE_HORIZON)));
         }
     }
-    next_due(&st, Some(Instant::now() + SETTLE_HORIZON))
+    // The last pass allowed: kept apart so the failure can say what it changed.
+    let before = st.rv;
+    let had = object_versions(&st);
+    pass(&mut st, inner.pod_gc);
+    if st.rv == before {
+        return Passes::Quiet(next_due(&st, Some(Instant::now() + SETTLE_HORIZON)));
+    }
+    let now = object_versions(&st);
+    let mut changed: Vec<String> = now
+        .iter()
+        .filter(|(key, rv)| had.get(*key) != Some(*rv))
+        .map(|(key, _)| key.clone())
+        .collect();
+    changed.extend(
+        had.keys()
+            .filter(|key| !now.contains_key(*key))
+            .map(|key| format!("{key} (removed)")),
+    );
+    Passes::Restless(changed)
+}
+
+/// Every object as `resource namespace/name`, with its resourceVersion.
+fn object_versions(st: &State) -> std::collections::BTreeMap<String, String> {
+    resources::RESOURCES
+        .iter()
+        .flat_map(|r| {
+            st.iter(r.resource, None).map(move |o| {
+                let ns = crate::meta::meta_str(o, "namespace");
+                let name = crate::meta::meta_str(o, "name");
+                let key = if ns.is_empty() {
+                    format!("{} {name}", r.resource)
+                } else {
+                    format!("{} {ns}/{name}", r.resource)
+                };
+                (key, crate::meta::meta_str(o, "resourceVersion").to_string())
+            })
+        })
+        .collect()
+}
+
+/// The work `settle` would still wait for: pods due to start or to finish terminating.
+pub fn due_work(st: &State) -> Vec<String> {
+    let start = st
+        .kubelet_due
+        .iter()
+        .map(|(_, ns, name, _)| format!("the kubelet to start pod {ns}/{name}"));
+    let end = st
+        .deletion_due
+        .iter()
+        .map(|(_, ns, name, _)| format!("pod {ns}/{name} to finish terminating"));
+    start.chain(end).collect()
 }
 
 fn pass(st: &mut State, pod_gc: bool) {
