@@ -612,12 +612,14 @@ mod tests {
         let ordinary: Value = serde_json::from_slice(&ordinary).expect("JSON");
         let payload = serde_json::to_vec(&json!({"request": ordinary, "settings": {}})).unwrap();
         assert!(crate::ordinary::accepts(&payload).is_some());
-        // The one-pass read decides created jump pods, mutations among them.
+        // The one-pass read decides created jump pods, mutations among them, escapes too.
         for fixture in [
             "conforming_jump_pod_create.json",
             "undersized_jump_pod_create.json",
             "legacy_bare_pod_create.json",
             "ordinary_pod_create.json",
+            "escaped_undersized_jump_pod.json",
+            "escaped_legacy_bare_pod.json",
         ] {
             assert!(
                 decided.iter().any(|f| f == fixture),

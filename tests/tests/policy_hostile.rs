@@ -378,3 +378,65 @@ fn the_instance_survives_a_hostile_payload() {
     let answer: ValidationResponse = serde_json::from_slice(&answer).unwrap();
     assert!(answer.accepted && answer.mutated_object.is_some());
 }
+
+/// The `validate` payload around a fixture's text as written: read into a Value and written
+/// again, its `\u` escapes would be gone.
+fn payload_as_written(fixture: &str) -> Vec<u8> {
+    let path = test_data(fixture);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    assert!(text.contains("\\u"), "{fixture} holds \\u escapes");
+    format!("{{\"request\": {text}, \"settings\": {{}}}}").into_bytes()
+}
+
+/// The module's answer, which the native policy gives too.
+fn validate_as_written(fixture: &str) -> ValidationResponse {
+    let payload = payload_as_written(fixture);
+    let answer = validate_raw(&payload);
+    let native: ValidationResponse =
+        serde_json::from_slice(&jumppod_policy::evaluate(&payload)).unwrap();
+    assert_eq!(answer, native, "the module and the native policy agree");
+    answer
+}
+
+#[test]
+fn escapes_in_the_name_labels_and_quantities_of_a_jump_pod_do_not_hide_them() {
+    // The name label's key and value, the pod's name and every quantity written with `\u`
+    // escapes: the pod is still a jump pod, judged by what the escapes stand for.
+    let answer = validate_as_written("hostile/escaped_undersized_jump_pod.json");
+    expect_rejected(
+        &answer,
+        &[
+            "jump pod \"dstack-main-ssh-jump-pod-x7k2q\" does not meet the jump-pod contract: ",
+            "container \"dstack-main-ssh-jump-pod-container\": resources.requests.memory \"1 Gi\" is not a valid quantity",
+            "resources.limits.memory \"1 Gi\" is not a valid quantity",
+            "cpu request 50m is below the minimum 100m",
+        ],
+    );
+    assert_eq!(answer.code, None, "a broken rule, not a bad request");
+    assert!(
+        !answer.message.unwrap().contains("ephemeral-storage"),
+        "64Mi is enough"
+    );
+}
+
+#[test]
+fn an_escaped_legacy_name_and_label_still_make_a_legacy_jump_pod() {
+    // `\u0064stack-main-ssh-jump-pod` and `dstack-main-ssh-jump-p\u006Fd` are the same name:
+    // the label names the pod itself, so it is a bare pre-#3891 jump pod, and mutated.
+    let answer = validate_as_written("hostile/escaped_legacy_bare_pod.json");
+    assert!(answer.accepted, "{answer:?}");
+    let mutated = answer.mutated_object.expect("the legacy pod is mutated");
+    assert_eq!(
+        mutated["metadata"]["labels"],
+        json!({"app.kubernetes.io/name": "dstack-main-ssh-jump-pod",
+               "app.kubernetes.io/instance": "dstack-main-ssh-jump-pod",
+               "app.kubernetes.io/managed-by": "dstack",
+               "k8s.dstack.ai/project": "main"})
+    );
+    assert_eq!(
+        mutated["spec"]["containers"][0]["resources"],
+        json!({"requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+               "limits": {"cpu": "500m", "memory": "1Gi"}})
+    );
+}
