@@ -1,8 +1,11 @@
-//! Property tests over generated jump pods: containers and init containers with random
-//! subsets of cpu, memory and ephemeral-storage requests and limits, drawn from a pool of
-//! quantities whose exact values are known here. Natively through the core (many cases):
-//! the verdict agrees with an independent model of the contract, the mutation only adds and
-//! its output passes the rules, an update that keeps the resources is never rejected.
+//! Property tests over generated jump pods and their impostors: containers and init
+//! containers with random subsets of cpu, memory and ephemeral-storage requests and limits,
+//! drawn from pools of quantities whose exact values are known here; names and labels of
+//! jump pods of both schemas and of pods that only look like one; settings that raise the
+//! floors, change the defaults, switch mutation off or are invalid; updates that resize.
+//! Natively through the core (many cases): the verdict agrees with an independent model of
+//! the contract under those settings, the mutation only adds what the model says and its
+//! output passes the rules, an update is judged exactly when it changes the resources.
 //! Through the Wasm (few cases): the module answers exactly what the native policy answers.
 
 mod policy_support;
@@ -67,7 +70,6 @@ const EPHEMERAL: &[Q] = &[
     ("lots", None),
 ];
 
-const MINIMUMS: [i128; 3] = [100 * MILLI, 32 * MI, 64 * MI];
 const KEYS: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
 
 #[derive(Clone, Debug)]
@@ -84,12 +86,292 @@ struct Container {
     shape: u8,
 }
 
+/// Who a pod says it is: its name and `app.kubernetes.io/name` label, and whether the
+/// contract makes it a jump pod (of which schema), written out here case by case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Identity {
+    /// The current labels, named by its ReplicaSet.
+    Current,
+    /// The current labels and no name yet, only the ReplicaSet's prefix.
+    CurrentGenerated,
+    /// A bare pre-#3891 pod: its label is its own name.
+    Legacy,
+    /// The same, from releases before the `dstack-` prefix.
+    LegacyUnprefixed,
+    /// Impostors. A legacy label naming another pod.
+    LabelOfAnotherPod,
+    /// A legacy label naming the ReplicaSet, on a pod the ReplicaSet named.
+    LegacyLabelOnAReplicaSetPod,
+    /// Its label is its own name, which lacks the suffix.
+    NameWithoutSuffix,
+    /// Its label is its own name, the suffix in capitals.
+    SuffixInCapitals,
+    /// The current labels but a name label that differs by a character or a case.
+    NearMiss(&'static str),
+    /// The current labels without `app.kubernetes.io/name`.
+    NoNameLabel,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Schema {
+    Current,
+    Legacy,
+}
+
+const NAME: &str = "dstack-main-ssh-jump-pod";
+
+impl Identity {
+    fn all() -> Vec<Identity> {
+        let mut all = vec![
+            Identity::Current,
+            Identity::CurrentGenerated,
+            Identity::Legacy,
+            Identity::LegacyUnprefixed,
+            Identity::LabelOfAnotherPod,
+            Identity::LegacyLabelOnAReplicaSetPod,
+            Identity::NameWithoutSuffix,
+            Identity::SuffixInCapitals,
+            Identity::NoNameLabel,
+        ];
+        for app in [
+            "Dstack-ssh-proxy",
+            "dstack-ssh-proxy-v2",
+            "dstack-ssh-prox",
+            "dstack-ssh-proxy ",
+        ] {
+            all.push(Identity::NearMiss(app));
+        }
+        all
+    }
+
+    /// The pod's name (None: only `generateName`) and its name label (None: absent).
+    fn name_and_app(self) -> (Option<&'static str>, Option<&'static str>) {
+        match self {
+            Identity::Current => (
+                Some("dstack-main-ssh-jump-pod-x7k2q"),
+                Some("dstack-ssh-proxy"),
+            ),
+            Identity::NoNameLabel => (Some("dstack-main-ssh-jump-pod-x7k2q"), None),
+            Identity::CurrentGenerated => (None, Some("dstack-ssh-proxy")),
+            Identity::Legacy => (Some(NAME), Some(NAME)),
+            Identity::LegacyUnprefixed => (Some("main-ssh-jump-pod"), Some("main-ssh-jump-pod")),
+            Identity::LabelOfAnotherPod => (Some("web-7f9c"), Some(NAME)),
+            Identity::LegacyLabelOnAReplicaSetPod => {
+                (Some("dstack-main-ssh-jump-pod-x7k2q"), Some(NAME))
+            }
+            Identity::NameWithoutSuffix => (Some("dstack-main"), Some("dstack-main")),
+            Identity::SuffixInCapitals => (
+                Some("dstack-main-ssh-jump-POD"),
+                Some("dstack-main-ssh-jump-POD"),
+            ),
+            Identity::NearMiss(app) => (Some("dstack-main-ssh-jump-pod-x7k2q"), Some(app)),
+        }
+    }
+
+    /// Whether the contract judges the pod, and by which schema.
+    fn schema(self) -> Option<Schema> {
+        match self {
+            Identity::Current | Identity::CurrentGenerated => Some(Schema::Current),
+            Identity::Legacy | Identity::LegacyUnprefixed => Some(Schema::Legacy),
+            _ => None,
+        }
+    }
+
+    /// Whether a ReplicaSet named [`NAME`] with this pod as its template is judged: by the
+    /// template's name label, against the ReplicaSet's own name (templates have none).
+    fn judges_a_template(self) -> bool {
+        match self {
+            Identity::Current
+            | Identity::CurrentGenerated
+            | Identity::Legacy
+            | Identity::LabelOfAnotherPod
+            | Identity::LegacyLabelOnAReplicaSetPod => true,
+            Identity::LegacyUnprefixed
+            | Identity::NameWithoutSuffix
+            | Identity::SuffixInCapitals
+            | Identity::NearMiss(_)
+            | Identity::NoNameLabel => false,
+        }
+    }
+
+    /// How the policy names the pod in a message.
+    fn shown(self) -> String {
+        match self.name_and_app().0 {
+            Some(name) => name.to_owned(),
+            None => format!("{NAME}-<generated>"),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Pod {
-    legacy: bool,
+    identity: Identity,
     controlled: bool,
     containers: Vec<Container>,
     init: Vec<Container>,
+}
+
+/// Settings as written: each key's text and value (None: not written).
+#[derive(Clone, Debug, Default)]
+struct Settings {
+    cpu_minimum: Option<Q>,
+    cpu_default: Option<Q>,
+    memory_minimum: Option<Q>,
+    memory_default: Option<Q>,
+    ephemeral_minimum: Option<Q>,
+    mutate: Option<bool>,
+}
+
+// Settings' pools: values the contract allows, and values below its floors or unparsable.
+const CPU_MINIMUMS: &[Q] = &[
+    ("100m", Some(100 * MILLI)),
+    ("0.2", Some(200 * MILLI)),
+    ("250m", Some(250 * MILLI)),
+    ("1", Some(UNIT)),
+];
+const CPU_DEFAULTS: &[Q] = &[
+    ("500m", Some(500 * MILLI)),
+    ("1", Some(UNIT)),
+    ("0.25", Some(250 * MILLI)),
+    ("2", Some(2 * UNIT)),
+    ("100m", Some(100 * MILLI)),
+];
+const MEMORY_MINIMUMS: &[Q] = &[
+    ("32Mi", Some(32 * MI)),
+    ("64Mi", Some(64 * MI)),
+    ("128Mi", Some(128 * MI)),
+    ("1Gi", Some(1024 * MI)),
+];
+const MEMORY_DEFAULTS: &[Q] = &[
+    ("1Gi", Some(1024 * MI)),
+    ("64Mi", Some(64 * MI)),
+    ("2Gi", Some(2048 * MI)),
+    ("512Mi", Some(512 * MI)),
+    ("33554432", Some(32 * MI)),
+];
+const EPHEMERAL_MINIMUMS: &[Q] = &[
+    ("64Mi", Some(64 * MI)),
+    ("128Mi", Some(128 * MI)),
+    ("1Gi", Some(1024 * MI)),
+];
+/// Below a floor (which, the model decides: 16Mi is a lot of cpu), or no quantity at all.
+const INVALID: &[Q] = &[
+    ("50m", Some(50 * MILLI)),
+    ("16Mi", Some(16 * MI)),
+    ("10Mi", Some(10 * MI)),
+    ("lots", None),
+    ("1e400x", None),
+];
+
+impl Settings {
+    fn json(&self) -> Value {
+        let mut settings = Map::new();
+        let mut put = |section: &str, key: &str, q: Option<Q>| {
+            if let Some((text, _)) = q {
+                let entry = settings.entry(section).or_insert_with(|| json!({}));
+                entry[key] = json!(text);
+            }
+        };
+        put("cpu", "minimum", self.cpu_minimum);
+        put("cpu", "default", self.cpu_default);
+        put("memory", "minimum", self.memory_minimum);
+        put("memory", "default", self.memory_default);
+        put("ephemeralStorage", "minimumRequest", self.ephemeral_minimum);
+        if let Some(mutate) = self.mutate {
+            settings.insert("mutate".into(), json!(mutate));
+        }
+        Value::Object(settings)
+    }
+}
+
+/// The contract the settings make, modelled from the policy's README: floors 100m, 32Mi,
+/// 64Mi that settings may raise, defaults 500m and 1Gi that may not fall below the minimum.
+#[derive(Clone, Debug)]
+struct Contract {
+    /// cpu, memory, ephemeral storage
+    minimums: [i128; 3],
+    /// What a mutation fills in: cpu, memory, the ephemeral-storage request.
+    defaults: [&'static str; 3],
+    mutate: bool,
+}
+
+/// The contract, or the settings key that is invalid (the first, in the documented order).
+fn contract(settings: &Settings) -> Result<Contract, &'static str> {
+    let minimum = |key, q: Option<Q>, floor: i128| match q {
+        None => Ok(floor),
+        Some((_, Some(value))) if value >= floor => Ok(value),
+        Some(_) => Err(key),
+    };
+    let default = |key, q: Option<Q>, fallback: Q, minimum: i128| match q.unwrap_or(fallback) {
+        (text, Some(value)) if value >= minimum => Ok(text),
+        _ => Err(key),
+    };
+    let cpu = minimum("cpu.minimum", settings.cpu_minimum, 100 * MILLI)?;
+    let cpu_default = default(
+        "cpu.default",
+        settings.cpu_default,
+        ("500m", Some(500 * MILLI)),
+        cpu,
+    )?;
+    let memory = minimum("memory.minimum", settings.memory_minimum, 32 * MI)?;
+    let memory_default = default(
+        "memory.default",
+        settings.memory_default,
+        ("1Gi", Some(1024 * MI)),
+        memory,
+    )?;
+    let ephemeral = minimum(
+        "ephemeralStorage.minimumRequest",
+        settings.ephemeral_minimum,
+        64 * MI,
+    )?;
+    let ephemeral_text = settings.ephemeral_minimum.map_or("64Mi", |(text, _)| text);
+    Ok(Contract {
+        minimums: [cpu, memory, ephemeral],
+        defaults: [cpu_default, memory_default, ephemeral_text],
+        mutate: settings.mutate.unwrap_or(true),
+    })
+}
+
+fn settings() -> impl Strategy<Value = Settings> {
+    // Each key written a third of the time, rarely invalid (a default below its minimum
+    // also makes the settings invalid).
+    let key = |pool: &'static [Q]| {
+        prop::option::weighted(
+            0.35,
+            prop_oneof![
+                8 => prop::sample::select(pool),
+                1 => prop::sample::select(INVALID),
+            ],
+        )
+    };
+    (
+        key(CPU_MINIMUMS),
+        key(CPU_DEFAULTS),
+        key(MEMORY_MINIMUMS),
+        key(MEMORY_DEFAULTS),
+        key(EPHEMERAL_MINIMUMS),
+        prop::option::of(any::<bool>()),
+    )
+        .prop_map(
+            |(
+                cpu_minimum,
+                cpu_default,
+                memory_minimum,
+                memory_default,
+                ephemeral_minimum,
+                mutate,
+            )| {
+                Settings {
+                    cpu_minimum,
+                    cpu_default,
+                    memory_minimum,
+                    memory_default,
+                    ephemeral_minimum,
+                    mutate,
+                }
+            },
+        )
 }
 
 fn side(pool: &'static [Q]) -> impl Strategy<Value = Side> {
@@ -101,12 +383,13 @@ fn side(pool: &'static [Q]) -> impl Strategy<Value = Side> {
         .prop_map(|(request, limit)| Side { request, limit })
 }
 
-/// Mostly the shapes that occur (equal pairs, a request alone), sometimes anything.
+/// Mostly the shapes that occur (equal pairs, a request alone), sometimes anything: enough
+/// pods meet every rule for raised minimums to decide their verdict.
 fn side_biased(pool: &'static [Q]) -> impl Strategy<Value = Side> {
     let q = prop::sample::select(pool);
     prop_oneof![
-        2 => side(pool),
-        2 => q.clone().prop_map(|q| Side { request: Some(q), limit: Some(q) }),
+        1 => side(pool),
+        3 => q.clone().prop_map(|q| Side { request: Some(q), limit: Some(q) }),
         1 => q.prop_map(|q| Side { request: Some(q), limit: None }),
         1 => Just(Side { request: None, limit: None }),
     ]
@@ -125,22 +408,58 @@ fn container() -> impl Strategy<Value = Container> {
         })
 }
 
+fn identity() -> impl Strategy<Value = Identity> {
+    // Jump pods two times in three, impostors the third.
+    let all = Identity::all();
+    let jump: Vec<Identity> = all
+        .iter()
+        .copied()
+        .filter(|i| i.schema().is_some())
+        .collect();
+    let impostors: Vec<Identity> = all.into_iter().filter(|i| i.schema().is_none()).collect();
+    prop_oneof![
+        2 => prop::sample::select(jump),
+        1 => prop::sample::select(impostors),
+    ]
+}
+
 fn pod() -> impl Strategy<Value = Pod> {
     (
-        any::<bool>(),
+        identity(),
         any::<bool>(),
         prop::collection::vec(container(), 1..4),
         prop::collection::vec(container(), 0..3),
     )
-        .prop_map(|(legacy, controlled, containers, init)| Pod {
-            legacy,
+        .prop_map(|(identity, controlled, containers, init)| Pod {
+            identity,
             controlled,
             containers,
             init,
         })
 }
 
-const NAME: &str = "dstack-main-ssh-jump-pod";
+/// A pod and the same pod resized: some containers' resources drawn again (sometimes the
+/// same), and sometimes another label.
+fn resized() -> impl Strategy<Value = (Pod, Pod)> {
+    pod().prop_flat_map(|pod| {
+        let (n, m) = (pod.containers.len(), pod.init.len());
+        (
+            Just(pod),
+            prop::collection::vec(prop::option::weighted(0.4, container()), n),
+            prop::collection::vec(prop::option::weighted(0.2, container()), m),
+        )
+            .prop_map(|(old, containers, init)| {
+                let mut new = old.clone();
+                for (c, draw) in new.containers.iter_mut().zip(containers) {
+                    *c = draw.unwrap_or_else(|| c.clone());
+                }
+                for (c, draw) in new.init.iter_mut().zip(init) {
+                    *c = draw.unwrap_or_else(|| c.clone());
+                }
+                (old, new)
+            })
+    })
+}
 
 fn container_json(name: String, c: &Container) -> Value {
     let mut requests = Map::new();
@@ -172,17 +491,21 @@ fn container_json(name: String, c: &Container) -> Value {
 }
 
 fn pod_json(pod: &Pod) -> Value {
-    let (name, labels) = if pod.legacy {
-        (NAME.to_owned(), json!({"app.kubernetes.io/name": NAME}))
-    } else {
-        (
-            format!("{NAME}-x7k2q"),
-            json!({"app.kubernetes.io/name": "dstack-ssh-proxy", "app.kubernetes.io/instance": NAME,
-                   "app.kubernetes.io/managed-by": "dstack", "k8s.dstack.ai/project": "main"}),
-        )
+    let (name, app) = pod.identity.name_and_app();
+    let mut labels = match pod.identity.schema() {
+        Some(Schema::Legacy) => json!({}),
+        _ => json!({"app.kubernetes.io/instance": NAME, "app.kubernetes.io/managed-by": "dstack",
+                    "k8s.dstack.ai/project": "main"}),
     };
-    let mut metadata = json!({"name": name, "namespace": "dstack", "labels": labels,
+    if let Some(app) = app {
+        labels["app.kubernetes.io/name"] = json!(app);
+    }
+    let mut metadata = json!({"namespace": "dstack", "labels": labels,
                               "managedFields": [{"manager": "test", "operation": "Update", "apiVersion": "v1"}]});
+    match name {
+        Some(name) => metadata["name"] = json!(name),
+        None => metadata["generateName"] = json!(format!("{NAME}-")),
+    }
     if pod.controlled {
         metadata["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": NAME,
             "uid": "8c1e4b7a-2d9f-4e3b-a6c5-0f7d1b3e9a52", "controller": true, "blockOwnerDeletion": true}]);
@@ -207,7 +530,7 @@ fn pod_json(pod: &Pod) -> Value {
            "status": {"phase": "Pending", "qosClass": "BestEffort"}})
 }
 
-/// The contract, modelled independently of the core.
+/// The verdict, modelled independently of the core.
 #[derive(Debug, PartialEq)]
 enum Expected {
     Accept,
@@ -222,7 +545,14 @@ struct Model {
     resource_fill: bool,
 }
 
-fn model(pod: &Pod) -> Model {
+impl Model {
+    /// Every rule holds as the pod stands.
+    fn rules_hold(&self) -> bool {
+        self.fillable && !self.resource_fill
+    }
+}
+
+fn model(pod: &Pod, contract: &Contract) -> Model {
     let mut fillable = true;
     let mut resource_fill = false;
     let all = pod
@@ -232,7 +562,7 @@ fn model(pod: &Pod) -> Model {
         .chain(pod.init.iter().map(|c| (c, true)));
     for (container, init) in all {
         for (i, side) in container.sides.iter().enumerate() {
-            let minimum = MINIMUMS[i];
+            let minimum = contract.minimums[i];
             let at_least = |v: i128| init || v >= minimum;
             if i == 2 {
                 if init {
@@ -265,19 +595,60 @@ fn model(pod: &Pod) -> Model {
     }
 }
 
-fn expected(pod: &Pod) -> Expected {
-    let model = model(pod);
-    let label_fill = pod.legacy && !pod.controlled;
-    match (model.fillable, model.resource_fill || label_fill) {
+/// A bare pre-#3891 pod gets the current labels.
+fn label_fill(pod: &Pod) -> bool {
+    pod.identity.schema() == Some(Schema::Legacy) && !pod.controlled
+}
+
+fn expected(pod: &Pod, contract: &Contract) -> Expected {
+    let model = model(pod, contract);
+    let fill = model.resource_fill || label_fill(pod);
+    match (model.fillable, fill) {
+        (_, true) if !contract.mutate => Expected::Reject,
         (false, _) => Expected::Reject,
         (true, true) => Expected::Mutate,
         (true, false) => Expected::Accept,
     }
 }
 
-fn judge(operation: &str, object: &Value, old: Option<&Value>) -> Outcome {
+/// Each resource's request and limit once a mutation has filled a container in.
+fn filled(c: &Container, init: bool, contract: &Contract) -> [(Option<String>, Option<String>); 3] {
+    std::array::from_fn(|i| {
+        let side = &c.sides[i];
+        let (request, limit) = (
+            side.request.map(|q| q.0.to_owned()),
+            side.limit.map(|q| q.0.to_owned()),
+        );
+        let default = Some(contract.defaults[i].to_owned());
+        match (i, request, limit) {
+            (2, None, None) if !init => (default, None),
+            (2, request, limit) => (request, limit),
+            (_, None, None) => (default.clone(), default),
+            (_, Some(request), None) => (Some(request.clone()), Some(request)),
+            (_, request, limit) => (request, limit),
+        }
+    })
+}
+
+/// Whether an update changes the resources of some container: their JSON differs.
+fn resources_change(old: &Value, new: &Value) -> bool {
+    ["containers", "initContainers"].iter().any(|list| {
+        let resources = |pod: &Value| -> Vec<Value> {
+            pod["spec"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| c["resources"].clone())
+                .collect()
+        };
+        resources(old) != resources(new)
+    })
+}
+
+fn judge(operation: &str, object: &Value, old: Option<&Value>, settings: &Settings) -> Outcome {
     let object: Box<RawValue> = to_raw_value(object).unwrap();
     let old: Option<Box<RawValue>> = old.map(|o| to_raw_value(o).unwrap());
+    let settings = to_raw_value(&settings.json()).unwrap();
     review(
         &Request {
             group: "",
@@ -287,27 +658,61 @@ fn judge(operation: &str, object: &Value, old: Option<&Value>) -> Outcome {
             object: Some(&object),
             old_object: old.as_deref(),
         },
-        None,
+        Some(&settings),
     )
 }
 
+/// Invalid settings reject a jump pod as a bad request naming the key.
+fn rejected_for_settings(outcome: &Outcome, key: &str) -> Result<(), TestCaseError> {
+    let Outcome::Reject { message, code } = outcome else {
+        return Err(TestCaseError::fail(format!(
+            "invalid `{key}` should reject a jump pod: {outcome:?}"
+        )));
+    };
+    prop_assert_eq!(*code, Some(400));
+    prop_assert!(
+        message.contains(&format!("invalid setting `{key}`")),
+        "{}",
+        message
+    );
+    Ok(())
+}
+
+fn accepted_untouched(outcome: &Outcome) -> Result<(), TestCaseError> {
+    prop_assert_eq!(outcome, &Outcome::Accept { warnings: vec![] });
+    Ok(())
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_verdict_on_a_created_jump_pod_follows_the_contract(pod in pod()) {
+    fn the_verdict_on_a_created_pod_follows_the_contract(pod in pod(), settings in settings()) {
         let object = pod_json(&pod);
-        let outcome = judge("CREATE", &object, None);
+        let outcome = judge("CREATE", &object, None, &settings);
+        if pod.identity.schema().is_none() {
+            return accepted_untouched(&outcome);
+        }
+        let contract = match contract(&settings) {
+            Ok(contract) => contract,
+            Err(key) => return rejected_for_settings(&outcome, key),
+        };
         let verdict = match &outcome {
             Outcome::Accept { .. } => Expected::Accept,
             Outcome::Mutate { .. } => Expected::Mutate,
             Outcome::Reject { .. } => Expected::Reject,
         };
-        prop_assert_eq!(verdict, expected(&pod), "{:?}", outcome);
+        prop_assert_eq!(verdict, expected(&pod, &contract), "{:?}", outcome);
+        let shown = pod.identity.shown();
         match outcome {
             Outcome::Reject { message, code } => {
                 prop_assert_eq!(code, None);
-                let prefix = format!("jump pod \"{}\" does not meet the jump-pod contract: ", object["metadata"]["name"].as_str().unwrap());
+                let model = model(&pod, &contract);
+                let prefix = if !contract.mutate && (model.resource_fill || label_fill(&pod)) {
+                    format!("jump pod {shown:?} is missing what the jump-pod contract requires (mutation is off): ")
+                } else {
+                    format!("jump pod {shown:?} does not meet the jump-pod contract: ")
+                };
                 prop_assert!(message.starts_with(&prefix), "{}", message);
             }
             Outcome::Accept { warnings } => prop_assert!(warnings.is_empty()),
@@ -317,41 +722,94 @@ proptest! {
                 for op in json_patch::diff(&object, &mutated).0 {
                     prop_assert!(matches!(op, json_patch::PatchOperation::Add(_)), "{}", op);
                 }
+                // ...what the model says: the settings' defaults, a limit equal to its request...
+                let lists = [("containers", &pod.containers, false), ("initContainers", &pod.init, true)];
+                for (list, containers, init) in lists {
+                    for (index, c) in containers.iter().enumerate() {
+                        let resources = &mutated["spec"][list][index]["resources"];
+                        for (key, (request, limit)) in KEYS.iter().zip(filled(c, init, &contract)) {
+                            prop_assert_eq!(resources["requests"][key].as_str(), request.as_deref(), "{} {} {}", list, index, key);
+                            prop_assert_eq!(resources["limits"][key].as_str(), limit.as_deref(), "{} {} {}", list, index, key);
+                        }
+                    }
+                }
+                // ...the current labels on a bare legacy pod, its name label kept...
+                let (name, app) = pod.identity.name_and_app();
+                let labels = &mutated["metadata"]["labels"];
+                prop_assert_eq!(labels["app.kubernetes.io/name"].as_str(), app);
+                if label_fill(&pod) {
+                    prop_assert_eq!(labels["app.kubernetes.io/instance"].as_str(), name);
+                    prop_assert_eq!(labels["app.kubernetes.io/managed-by"].as_str(), Some("dstack"));
+                    prop_assert_eq!(labels["k8s.dstack.ai/project"].as_str(), Some("main"));
+                } else {
+                    prop_assert_eq!(labels, &object["metadata"]["labels"]);
+                }
                 // ...and what it makes needs nothing more: created again, it is accepted as is.
-                let again = judge("CREATE", &mutated, None);
+                let again = judge("CREATE", &mutated, None, &settings);
                 prop_assert_eq!(again, Outcome::Accept { warnings: vec![] });
             }
         }
     }
 
     #[test]
-    fn an_update_that_keeps_the_resources_is_never_rejected(pod in pod(), label in "[a-z]{1,8}") {
-        let old = pod_json(&pod);
-        let mut new = old.clone();
-        new["metadata"]["labels"]["example.com/touched"] = json!(label);
-        let outcome = judge("UPDATE", &new, Some(&old));
-        let model = model(&pod);
-        let Outcome::Accept { warnings } = outcome else {
-            return Err(TestCaseError::fail(format!("an unchanged pod was not accepted: {outcome:?}")));
+    fn an_update_is_judged_exactly_when_it_changes_the_resources(
+        (old, new) in resized(),
+        settings in settings(),
+        label in "[a-z]{1,8}",
+    ) {
+        let old_json = pod_json(&old);
+        let mut new_json = pod_json(&new);
+        new_json["metadata"]["labels"]["example.com/touched"] = json!(label);
+        let outcome = judge("UPDATE", &new_json, Some(&old_json), &settings);
+        if new.identity.schema().is_none() {
+            return accepted_untouched(&outcome);
+        }
+        let contract = match contract(&settings) {
+            Ok(contract) => contract,
+            Err(key) => return rejected_for_settings(&outcome, key),
         };
-        // Warned exactly when the pod as it stands breaks a rule.
-        prop_assert_eq!(warnings.len(), usize::from(!model.fillable || model.resource_fill), "{:?}", warnings);
+        let rules_hold = model(&new, &contract).rules_hold();
+        if resources_change(&old_json, &new_json) {
+            // A resize is judged like a creation, with nothing filled in.
+            match outcome {
+                Outcome::Accept { warnings } => prop_assert!(rules_hold && warnings.is_empty(), "{:?}", warnings),
+                Outcome::Reject { message, code } => {
+                    prop_assert!(!rules_hold);
+                    prop_assert_eq!(code, None);
+                    prop_assert!(message.contains("does not meet the jump-pod contract: "), "{}", message);
+                }
+                Outcome::Mutate { .. } => prop_assert!(false, "an update was mutated"),
+            }
+        } else {
+            // Unchanged resources are never rejected: warned exactly when they break a rule.
+            let Outcome::Accept { warnings } = outcome else {
+                return Err(TestCaseError::fail(format!("an update that keeps the resources was not accepted: {outcome:?}")));
+            };
+            prop_assert_eq!(warnings.len(), usize::from(!rules_hold), "{:?}", warnings);
+        }
     }
 
     #[test]
-    fn a_replicaset_template_is_judged_never_mutated(pod in pod()) {
+    fn a_replicaset_template_is_judged_never_mutated(pod in pod(), settings in settings()) {
         let template = pod_json(&pod);
         let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {"name": NAME, "namespace": "dstack"},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/instance": NAME}},
                      "template": {"metadata": {"labels": template["metadata"]["labels"]}, "spec": template["spec"]}}});
         let raw = to_raw_value(&rs).unwrap();
-        let outcome = review(&Request { group: "apps", kind: "ReplicaSet", operation: "CREATE", name: Some(NAME), object: Some(&raw), old_object: None }, None);
-        let model = model(&pod);
-        let rules_hold = model.fillable && !model.resource_fill;
+        let raw_settings = to_raw_value(&settings.json()).unwrap();
+        let outcome = review(&Request { group: "apps", kind: "ReplicaSet", operation: "CREATE", name: Some(NAME), object: Some(&raw), old_object: None }, Some(&raw_settings));
+        if !pod.identity.judges_a_template() {
+            return accepted_untouched(&outcome);
+        }
+        let contract = match contract(&settings) {
+            Ok(contract) => contract,
+            Err(key) => return rejected_for_settings(&outcome, key),
+        };
+        let rules_hold = model(&pod, &contract).rules_hold();
         match outcome {
             Outcome::Accept { warnings } => prop_assert!(rules_hold && warnings.is_empty()),
-            Outcome::Reject { .. } => prop_assert!(!rules_hold),
+            Outcome::Reject { code, .. } => prop_assert!(!rules_hold && code.is_none()),
             Outcome::Mutate { .. } => prop_assert!(false, "a ReplicaSet was mutated"),
         }
     }
@@ -359,17 +817,22 @@ proptest! {
 
 proptest! {
     // Each case instantiates the module: a few dozen are enough to show it agrees.
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_wasm_answers_exactly_what_the_native_policy_answers(pod in pod()) {
+    fn the_wasm_answers_exactly_what_the_native_policy_answers(pod in pod(), settings in settings()) {
         let object = pod_json(&pod);
         let request = json!({"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "operation": "CREATE", "namespace": "dstack", "object": object});
-        let payload = serde_json::to_vec(&json!({"request": request, "settings": {}})).unwrap();
+        let payload = serde_json::to_vec(&json!({"request": request, "settings": settings.json()})).unwrap();
         let native: ValidationResponse = serde_json::from_slice(&jumppod_policy::evaluate(&payload)).unwrap();
         let wasm = policy_support::validate_raw(&payload);
         prop_assert_eq!(&wasm, &native);
-        prop_assert_eq!(wasm.accepted, expected(&pod) != Expected::Reject);
+        let accepted = match (pod.identity.schema(), contract(&settings)) {
+            (None, _) => true,
+            (Some(_), Err(_)) => false,
+            (Some(_), Ok(contract)) => expected(&pod, &contract) != Expected::Reject,
+        };
+        prop_assert_eq!(wasm.accepted, accepted);
     }
 }
