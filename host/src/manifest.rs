@@ -31,8 +31,9 @@ pub fn keys_secret_name(name: &str) -> String {
     format!("{name}-authorized-keys")
 }
 
-/// What the container runs, as dstack starts its jump pod: fresh host keys (`ssh-keygen -A`
-/// makes the missing ones), the project's keys as root's authorized keys, sshd in the
+/// What the container runs, as dstack starts its jump pod: fresh host keys (the image's are
+/// removed first, because `ssh-keygen -A` only makes missing ones and a public image ships
+/// keys made when it was built: every jump pod would serve that public key), the project's keys as root's authorized keys, sshd in the
 /// foreground with key logins only (keyboard-interactive off too: with PAM it would ask for a
 /// password), local forwarding only (what a jump host needs) and
 /// errors only in its log.
@@ -46,6 +47,7 @@ pub fn keys_secret_name(name: &str) -> String {
 /// in the running pod too. Keys appended to `~/.ssh/authorized_keys` over SSH (what dstack
 /// does per job) keep working until the pod is replaced.
 pub const SSHD_SCRIPT: &str = r#"set -e
+rm -f /etc/ssh/ssh_host_*
 ssh-keygen -A
 mkdir -p /root/.ssh /etc/ssh/jumppod
 chmod 700 /root/.ssh
@@ -248,6 +250,13 @@ mod tests {
             .status()
             .expect("/bin/sh");
         assert!(parsed.success(), "{}", command[2]);
+        let script = &command[2];
+        let removed = script.find("rm -f /etc/ssh/ssh_host_*\n");
+        let made = script.find("ssh-keygen -A");
+        assert!(
+            removed.is_some() && removed < made,
+            "the image's host keys are removed before ssh-keygen -A: {script}"
+        );
         for part in [
             "ssh-keygen -A",
             "PasswordAuthentication=no",

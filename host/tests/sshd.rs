@@ -6,7 +6,8 @@
 //! `/etc/ssh` (with an empty sshd_config: OpenSSH's defaults), `/root` and `/run` are fresh
 //! tmpfs (mode 755/700, as in an image: sshd's StrictModes checks them), and the Secret volume is a directory laid out as the kubelet's
 //! atomic writer lays it out (`..data` -> `..<timestamp>/`, one symlink per key), bound at
-//! `manifest::KEYS_MOUNT`. The script is `manifest::SSHD_SCRIPT` unchanged. Needs root,
+//! `manifest::KEYS_MOUNT`. An image's baked-in host keys can be laid into `/etc/ssh` first, as
+//! the public jump-pod image ships them. The script is `manifest::SSHD_SCRIPT` unchanged. Needs root,
 //! `unshare`/`nsenter` (util-linux) and OpenSSH (`make sshd` installs Debian's).
 
 use jumppod_host::keys::PublicKey;
@@ -22,6 +23,7 @@ mount --make-rprivate /
 ip link set lo up
 mount -t tmpfs -o mode=755 tmpfs /etc/ssh
 : > /etc/ssh/sshd_config
+if [ -n "$IMAGE_HOST_KEYS" ]; then cp -p "$IMAGE_HOST_KEYS"/ssh_host_* /etc/ssh/; fi
 mkdir -p "$KEYS_MOUNT"
 mount --bind "$SECRET_DIR" "$KEYS_MOUNT"
 mount -t tmpfs -o mode=700 tmpfs /root
@@ -113,9 +115,20 @@ struct Pod {
 
 impl Pod {
     fn start(secret: &Path, project_key: &str, log: PathBuf) -> Pod {
+        Pod::from_image(secret, project_key, log, None)
+    }
+
+    /// `image_host_keys`: a directory of `ssh_host_*` files the image has in `/etc/ssh`.
+    fn from_image(
+        secret: &Path,
+        project_key: &str,
+        log: PathBuf,
+        image_host_keys: Option<&Path>,
+    ) -> Pod {
         let stderr = std::fs::File::create(&log).unwrap();
         let child = Command::new("unshare")
             .args(["--mount", "--net", "/bin/sh", "-c", CONTAINER])
+            .env("IMAGE_HOST_KEYS", image_host_keys.unwrap_or(Path::new("")))
             .env("SECRET_DIR", secret)
             .env("KEYS_MOUNT", KEYS_MOUNT)
             .env("JUMPPOD_SCRIPT", SSHD_SCRIPT)
@@ -163,6 +176,18 @@ impl Pod {
         )
     }
 
+    /// The ed25519 host key sshd serves, as `ssh-keyscan` reads it (the base64 blob).
+    fn host_key(&self) -> String {
+        let out = run(Command::new("nsenter")
+            .args(["--target", &self.child.id().to_string(), "--net"])
+            .args(["ssh-keyscan", "-T", "5", "-t", "ed25519", "127.0.0.1"]));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        // `127.0.0.1 ssh-ed25519 AAAA...`
+        text.lines()
+            .find_map(|l| l.split_whitespace().nth(2).map(str::to_owned))
+            .unwrap_or_else(|| panic!("ssh-keyscan printed no key: {text:?}"))
+    }
+
     /// Polls `ssh` with `key` until its exit code is `code`; returns how long it took.
     fn until(&self, key: &Path, code: i32, within: Duration) -> Duration {
         let start = Instant::now();
@@ -192,21 +217,68 @@ impl Drop for Pod {
     }
 }
 
-#[test]
-fn a_replaced_pod_keeps_the_users_keys_and_a_removed_key_stops_working_in_the_running_pod() {
+/// A fresh directory of the test's own, after checking the programs the pods need.
+fn test_dir(test: &str) -> PathBuf {
     for program in [
         "unshare",
         "nsenter",
         "ip",
         "ssh",
         "ssh-keygen",
+        "ssh-keyscan",
         "/usr/sbin/sshd",
     ] {
         need(program);
     }
-    let dir = std::env::temp_dir().join(format!("jumppod-sshd-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("jumppod-sshd-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Issue 21 §11: the public jump-pod image ships host keys made when it was built, and
+/// `ssh-keygen -A` only makes the missing ones, so without removing them every jump pod of
+/// every cluster would serve the same, public host key. Each pod must make its own, as dstack's
+/// script does (`rm -rf /etc/ssh/ssh_host_*` first).
+#[test]
+fn every_pod_serves_a_host_key_of_its_own_not_the_images() {
+    let dir = test_dir("host-keys");
+    let image = dir.join("image");
+    let baked = image.join("etc/ssh");
+    std::fs::create_dir_all(&baked).unwrap();
+    // What Debian's openssh-server leaves in an image: `ssh-keygen -A` at build time.
+    run(Command::new("ssh-keygen").arg("-A").arg("-f").arg(&image));
+    let baked_key = std::fs::read_to_string(baked.join("ssh_host_ed25519_key.pub")).unwrap();
+    let baked_key = baked_key.split_whitespace().nth(1).unwrap().to_owned();
+    let (project, project_pub) = keypair(&dir, "project");
+    let secret = SecretVolume::new(dir.join("secret"));
+
+    let mut served = Vec::new();
+    for n in 1..=2 {
+        let pod = Pod::from_image(
+            &secret.dir,
+            &project_pub,
+            dir.join(format!("pod-{n}.log")),
+            Some(&baked),
+        );
+        pod.until(&project, 0, Duration::from_secs(30));
+        let key = pod.host_key();
+        assert_ne!(
+            key, baked_key,
+            "pod {n} serves the image's baked-in host key"
+        );
+        served.push(key);
+    }
+    assert_ne!(
+        served[0], served[1],
+        "two pods of one project share a host key"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_replaced_pod_keeps_the_users_keys_and_a_removed_key_stops_working_in_the_running_pod() {
+    let dir = test_dir("users-keys");
     let (project, project_pub) = keypair(&dir, "project");
     let (alice, alice_pub) = keypair(&dir, "alice");
     let (bob, bob_pub) = keypair(&dir, "bob");
