@@ -226,7 +226,8 @@ pub struct RunArgs {
     /// How long the leader keeps writing without renewing; shorter than --lease-duration.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub renew_deadline: Duration,
-    /// How often the Lease is renewed or looked at.
+    /// How often the leader renews the Lease; a standby looks every 1 to 2.2 of these (client-go's
+    /// jitter). 1.2 x it must be shorter than --renew-deadline.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub retry_period: Duration,
     /// Projects reconciled at once.

@@ -36,9 +36,14 @@ impl Default for Timing {
     }
 }
 
+/// client-go's `JitterFactor`: the renew deadline must exceed this many retry periods, and a
+/// candidate waits between one and 1 + this many retry periods between looks.
+pub const JITTER_FACTOR: f64 = 1.2;
+
 impl Timing {
-    /// client-go refuses the same combinations: the leader must stop writing before the lease
-    /// expires, and retry more often than it must renew. The error names the flag at fault.
+    /// client-go (`NewLeaderElector`) refuses the same combinations: the leader must stop
+    /// writing before the lease expires, and must get more than one jittered retry within its
+    /// renew deadline. The error names the flag at fault.
     pub fn problem(&self) -> Option<ConfigError> {
         let refuse = |field: &str, problem: String| {
             Some(ConfigError {
@@ -47,6 +52,15 @@ impl Timing {
                 problem,
             })
         };
+        for (flag, value) in [
+            ("--lease-duration", self.lease_duration),
+            ("--renew-deadline", self.renew_deadline),
+            ("--retry-period", self.retry_period),
+        ] {
+            if value.is_zero() {
+                return refuse(flag, format!("{flag} must be greater than zero"));
+            }
+        }
         if self.renew_deadline >= self.lease_duration {
             return refuse(
                 "--renew-deadline",
@@ -56,16 +70,25 @@ impl Timing {
                 ),
             );
         }
-        if self.retry_period >= self.renew_deadline {
+        let jittered = self.retry_period.mul_f64(JITTER_FACTOR);
+        if self.renew_deadline <= jittered {
             return refuse(
                 "--retry-period",
                 format!(
-                    "--retry-period ({:?}) must be shorter than --renew-deadline ({:?})",
+                    "--retry-period ({:?}) x {JITTER_FACTOR} = {jittered:?} must be shorter than --renew-deadline ({:?}), as client-go requires: a leader must get a jittered retry in before its deadline",
                     self.retry_period, self.renew_deadline
                 ),
             );
         }
         None
+    }
+
+    /// How long a candidate waits before looking at the Lease again: the retry period plus up to
+    /// [`JITTER_FACTOR`] of it (client-go's `wait.JitterUntil`), so that replicas started
+    /// together do not ask in lockstep. `unit` is a random number in [0, 1).
+    pub fn acquire_wait(&self, unit: f64) -> Duration {
+        self.retry_period
+            .mul_f64(1.0 + JITTER_FACTOR * unit.clamp(0.0, 1.0))
     }
 }
 
@@ -396,6 +419,15 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_candidate_waits_between_one_and_2_2_retry_periods() {
+        let timing = Timing::default();
+        assert_eq!(timing.acquire_wait(0.0), Duration::from_secs(2));
+        assert_eq!(timing.acquire_wait(0.5), Duration::from_millis(3200));
+        assert_eq!(timing.acquire_wait(1.0), Duration::from_millis(4400));
+        assert_eq!(timing.acquire_wait(7.0), Duration::from_millis(4400));
+    }
+
     #[rstest]
     #[case::client_gos_defaults_are_valid(15, 10, 2, None)]
     #[case::a_renew_deadline_as_long_as_the_lease_is_refused(10, 10, 2, Some("--renew-deadline"))]
@@ -405,6 +437,15 @@ mod tests {
         10,
         Some("--retry-period")
     )]
+    #[case::a_renew_deadline_within_one_jittered_retry_is_refused(
+        15,
+        12,
+        10,
+        Some("--retry-period")
+    )]
+    #[case::a_renew_deadline_just_past_one_jittered_retry_is_valid(15, 13, 10, None)]
+    #[case::a_zero_lease_duration_is_refused(0, 10, 2, Some("--lease-duration"))]
+    #[case::a_zero_retry_period_is_refused(15, 10, 0, Some("--retry-period"))]
     fn timing_is_checked(
         #[case] lease: u64,
         #[case] renew: u64,
