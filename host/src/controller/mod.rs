@@ -222,7 +222,7 @@ async fn lead_or_stand_by(
     }
 }
 
-/// Looks at the Lease every retry period until this replica holds it.
+/// Looks at the Lease every 1 to 2.2 retry periods until this replica holds it.
 async fn acquire(elector: &mut Elector, election: &Election, fence: &Fence) {
     let mut last_holder = None;
     loop {
@@ -242,7 +242,8 @@ async fn acquire(elector: &mut Elector, election: &Election, fence: &Fence) {
                 tracing::warn!(lease = %election.lease, error = %e.report(), "cannot read the lease")
             }
         }
-        tokio::time::sleep(election.timing.retry_period).await;
+        // Jittered as client-go's acquire loop, so replicas started together do not ask in step.
+        tokio::time::sleep(election.timing.acquire_wait(fastrand::f64())).await;
     }
 }
 
