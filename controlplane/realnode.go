@@ -48,11 +48,16 @@ const (
 
 	// One bridge per machine (the lock below makes sure of it), its range,
 	// and the service range of the apiserver, the only other route pods get.
-	realBridge      = "jumppod0"
-	realSubnet      = "10.222.0.0/16"
-	realGateway     = "10.222.0.1"
-	serviceRange    = "10.96.0.0/16"
-	realNodesLock   = "/run/jumppod-controlplane-real-nodes.lock"
+	realBridge    = "jumppod0"
+	realSubnet    = "10.222.0.0/16"
+	realGateway   = "10.222.0.1"
+	serviceRange  = "10.96.0.0/16"
+	realNodesLock = "/run/jumppod-controlplane-real-nodes.lock"
+	// stateBase holds what has unix sockets in it (containerd's, the
+	// kubelet's root dir): a socket's path is limited to 104 bytes, which a
+	// run directory under /tmp or target/ overruns. One run per machine at a
+	// time, so one directory serves; configs and logs stay in DIR.
+	stateBase       = "/var/lib/jumppod-real-nodes"
 	iptablesComment = "jumppod-controlplane real nodes: nothing leaves the bridge"
 )
 
@@ -93,7 +98,8 @@ type realNodeInfo struct {
 type realNode struct {
 	index      int
 	name, ip   string
-	dir        string
+	dir        string // configs and pod logs, in DIR/nodes
+	state      string // containerd's and the kubelet's state, under stateBase
 	socket     string
 	containerd *child
 	kubelet    *child
@@ -157,8 +163,13 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 	// What a run killed with SIGKILL left behind: its shims, mounts, bridge
 	// and rules. Nobody else can be using them: we hold the lock.
 	r.removeLeftovers()
-	if err := os.RemoveAll(r.dir); err != nil {
-		return fmt.Errorf("real nodes: removing the previous run's %s: %w", r.dir, err)
+	for _, d := range []string{r.dir, stateBase} {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("real nodes: removing the previous run's %s: %w", d, err)
+		}
+	}
+	if err := os.MkdirAll(stateBase, 0o755); err != nil {
+		return err
 	}
 	for _, t := range kernelTunables {
 		if v, err := os.ReadFile(filepath.Join("/proc/sys", t)); err == nil {
@@ -175,8 +186,9 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 		return err
 	}
 	for i := 1; i <= opts.realNodes; i++ {
-		node := &realNode{index: i, name: realNodeName(i), ip: realNodeIP(i), dir: filepath.Join(r.dir, realNodeName(i))}
-		node.socket = filepath.Join(node.dir, "containerd", "containerd.sock")
+		node := &realNode{index: i, name: realNodeName(i), ip: realNodeIP(i),
+			dir: filepath.Join(r.dir, realNodeName(i)), state: filepath.Join(stateBase, realNodeName(i))}
+		node.socket = filepath.Join(node.state, "containerd.sock")
 		r.nodes = append(r.nodes, node)
 		if err := r.startContainerd(ctx, node); err != nil {
 			return err
@@ -311,7 +323,7 @@ func (r *realNodes) makeCgroups(node *realNode) error {
 }
 
 func containerdConfig(node *realNode) string {
-	d := filepath.Join(node.dir, "containerd")
+	d := filepath.Join(node.state, "containerd")
 	return fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -369,7 +381,7 @@ func cniConfig(node *realNode) string {
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, realBridge, filepath.Join(node.dir, "cni", "ipam"), realSubnet, node.index, node.index, realGateway, serviceRange)
+`, realBridge, filepath.Join(node.state, "cni-ipam"), realSubnet, node.index, node.index, realGateway, serviceRange)
 }
 
 func (r *realNodes) startContainerd(ctx context.Context, node *realNode) error {
@@ -389,6 +401,10 @@ func (r *realNodes) startContainerd(ctx context.Context, node *realNode) error {
 	}
 	node.containerd = ch
 	if err := waitFor(ctx, ch, func(ctx context.Context) error {
+		// Dialing before the socket exists only makes gRPC log its retries.
+		if _, err := os.Stat(node.socket); err != nil {
+			return err
+		}
 		conn, err := criConn(node.socket)
 		if err != nil {
 			return err
@@ -458,8 +474,8 @@ func (r *realNodes) startKubelet(node *realNode, kubeconfig string, port, health
 	ch, err := r.c.startSubcommand("kubelet-"+node.name, "kubelet", []string{
 		"--config=" + config,
 		"--kubeconfig=" + kubeconfig,
-		"--root-dir=" + filepath.Join(node.dir, "kubelet"),
-		"--volume-plugin-dir=" + filepath.Join(node.dir, "volume-plugins"),
+		"--root-dir=" + filepath.Join(node.state, "kubelet"),
+		"--volume-plugin-dir=" + filepath.Join(node.state, "volume-plugins"),
 		"--hostname-override=" + node.name,
 		"--node-ip=" + node.ip,
 		"--node-labels=" + realNodeLabel + "=true",
@@ -555,6 +571,7 @@ func (r *realNodes) stop() {
 		}
 	}
 	r.removeLeftovers()
+	_ = os.RemoveAll(stateBase)
 	for _, rule := range r.iptables {
 		_ = run("iptables", append([]string{"-w", "-D"}, rule...)...)
 	}
@@ -592,9 +609,10 @@ func removeSandboxes(socket string) {
 // design), containers' and volumes' mounts, kube-proxy's chains, our
 // FORWARD rules, the bridge, the nodes' cgroups and the container log links.
 func (r *realNodes) removeLeftovers() {
-	for _, pid := range shimsOf(r.dir) {
+	for _, pid := range shimsOf(stateBase) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	unmountUnder(stateBase)
 	unmountUnder(r.dir)
 	self, err := os.Executable()
 	if err == nil {
@@ -611,6 +629,7 @@ func (r *realNodes) removeLeftovers() {
 		}
 	}
 	r.iptables = nil
+	removeKubeletChains()
 	_ = run("ip", "link", "del", realBridge)
 	for _, hierarchy := range v1Controllers() {
 		entries, _ := os.ReadDir(hierarchy)
@@ -624,6 +643,26 @@ func (r *realNodes) removeLeftovers() {
 	for _, l := range links {
 		if target, err := os.Readlink(l); err == nil && strings.HasPrefix(target, r.dir+"/") {
 			_ = os.Remove(l)
+		}
+	}
+}
+
+// removeKubeletChains removes the chains the kubelet makes (its canaries, the
+// localnet firewall, the hint), which kube-proxy --cleanup leaves: they are
+// ours, as the lock says no other run uses them.
+func removeKubeletChains() {
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		for _, hook := range []string{"INPUT", "OUTPUT"} {
+			for i := 0; i < 10 && run(tool, "-w", "-t", "filter", "-D", hook, "-j", "KUBE-FIREWALL") == nil; i++ {
+			}
+		}
+		for _, chain := range [][2]string{
+			{"filter", "KUBE-FIREWALL"}, {"filter", "KUBE-KUBELET-CANARY"}, {"nat", "KUBE-KUBELET-CANARY"},
+			{"mangle", "KUBE-KUBELET-CANARY"}, {"mangle", "KUBE-IPTABLES-HINT"},
+		} {
+			if run(tool, "-w", "-t", chain[0], "-F", chain[1]) == nil {
+				_ = run(tool, "-w", "-t", chain[0], "-X", chain[1])
+			}
 		}
 	}
 }

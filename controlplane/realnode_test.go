@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -147,7 +148,7 @@ func TestRealNodesRunTheJumpPodsSSHDBehindANodePort(t *testing.T) {
 			}
 			return false
 		})
-		if !strings.Contains(message, "untolerated taint {"+realNodeTaint+": true}") {
+		if !strings.Contains(message, "2 node(s) had untolerated taint(s)") || !strings.Contains(message, "3 node(s) didn't match Pod's node affinity/selector") {
 			t.Errorf("scheduler message = %q", message)
 		}
 	})
@@ -212,16 +213,27 @@ func TestRealNodesRunTheJumpPodsSSHDBehindANodePort(t *testing.T) {
 		addr := fmt.Sprintf("127.0.0.1:%d", nodePort)
 		var output string
 		pollFor(ctx, t, time.Minute, "an ssh session through "+addr, func() (bool, string) {
-			out, err := sshRun(addr, signer, "id -u; cat /etc/hostname; cat /etc/debian_version")
+			out, err := sshRun(addr, signer, "id -u; cat /etc/hostname; cat /etc/debian_version; cat /proc/net/route")
 			output = out
 			if err != nil {
 				return false, err.Error()
 			}
 			return true, ""
 		})
-		lines := strings.Fields(output)
-		if len(lines) != 3 || lines[0] != "0" || lines[1] != pod.Name || !strings.HasPrefix(lines[2], "12.") {
-			t.Errorf("ssh output %q: want uid 0, hostname %s and Debian 12", output, pod.Name)
+		lines := strings.Split(strings.TrimSpace(output), "\n")
+		if len(lines) < 3 || lines[0] != "0" || lines[1] != pod.Name || !strings.HasPrefix(lines[2], "12.") {
+			t.Fatalf("ssh output %q: want uid 0, hostname %s and Debian 12", output, pod.Name)
+		}
+		// The pod's routes, read inside it: the bridge's subnet and the
+		// services, no default route (destinations are little-endian hex).
+		var destinations []string
+		for _, line := range lines[3:] {
+			if f := strings.Fields(line); len(f) > 7 && f[0] != "Iface" {
+				destinations = append(destinations, f[1]+"/"+f[7])
+			}
+		}
+		if want := []string{"0000DE0A/0000FFFF", "0000600A/0000FFFF"}; strings.Join(sorted(destinations), " ") != strings.Join(sorted(want), " ") {
+			t.Errorf("pod routes %v, want only %s and %s: %s", destinations, realSubnet, serviceRange, output)
 		}
 		if _, err := sshRun(addr, stranger, "true"); err == nil || !strings.Contains(err.Error(), "unable to authenticate") {
 			t.Errorf("a key that is not authorized: err = %v, want the server to refuse it", err)
@@ -234,7 +246,7 @@ func TestRealNodesRunTheJumpPodsSSHDBehindANodePort(t *testing.T) {
 	if err := exec.Command("ip", "link", "show", realBridge).Run(); err == nil {
 		t.Errorf("bridge %s still exists after stop", realBridge)
 	}
-	if pids := shimsOf(filepath.Join(dir, "nodes")); len(pids) > 0 {
+	if pids := shimsOf(stateBase); len(pids) > 0 {
 		t.Errorf("containerd shims still running after stop: %v", pids)
 	}
 	for _, h := range v1Controllers() {
@@ -245,9 +257,17 @@ func TestRealNodesRunTheJumpPodsSSHDBehindANodePort(t *testing.T) {
 	if out, _ := exec.Command("iptables", "-w", "-S", "FORWARD").CombinedOutput(); bytes.Contains(out, []byte(iptablesComment)) {
 		t.Errorf("our FORWARD rules left after stop:\n%s", out)
 	}
-	if out, _ := exec.Command("iptables", "-w", "-t", "nat", "-S").CombinedOutput(); bytes.Contains(out, []byte("KUBE-SERVICES")) {
-		t.Errorf("kube-proxy's chains left after stop:\n%s", out)
+	for _, table := range []string{"filter", "nat", "mangle"} {
+		if out, _ := exec.Command("iptables", "-w", "-t", table, "-S").CombinedOutput(); bytes.Contains(out, []byte("KUBE-")) {
+			t.Errorf("kube-proxy's or the kubelet's chains left in table %s after stop:\n%s", table, out)
+		}
 	}
+}
+
+func sorted(s []string) []string {
+	out := append([]string{}, s...)
+	sort.Strings(out)
+	return out
 }
 
 // jumpPod is the pod jumppod's ReplicaSet makes, on a real node: the start
