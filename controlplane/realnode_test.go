@@ -371,3 +371,35 @@ func pollFor(ctx context.Context, t *testing.T, limit time.Duration, what string
 		t.Fatalf("waiting %s for %s: %v; last: %s", limit, what, err, last)
 	}
 }
+
+// A real node whose kubelet cannot start is named with its log, and what was
+// started for the real nodes is gone again.
+func TestRealNodesAKubeletThatFailsIsNamedWithItsLog(t *testing.T) {
+	images := os.Getenv("JUMPPOD_REAL_NODE_IMAGES")
+	if images == "" {
+		t.Fatal("JUMPPOD_REAL_NODE_IMAGES is not set: make real-node-check sets it after building the images")
+	}
+	t.Setenv("JUMPPOD_CONTROLPLANE_KUBELET_ARGS", "--no-such-flag=1")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	opts := testOptions(dir)
+	opts.realNodes, opts.realNodeImages, opts.startTimeout = 2, images, 6*time.Minute
+	c, err := startCluster(ctx, opts)
+	if err == nil {
+		c.stop()
+		t.Fatal("start succeeded with a broken kubelet")
+	}
+	msg := err.Error()
+	for _, want := range []string{"kubelet-real-node-1 (node real-node-1): exited", filepath.Join(dir, "logs", "kubelet-real-node-1.log"), "unknown flag: --no-such-flag"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not contain %q:\n%s", want, msg)
+		}
+	}
+	if err := exec.Command("ip", "link", "show", realBridge).Run(); err == nil {
+		t.Errorf("bridge %s still exists after the failed start", realBridge)
+	}
+	if pids := shimsOf(stateBase); len(pids) > 0 {
+		t.Errorf("containerd shims still running after the failed start: %v", pids)
+	}
+}
