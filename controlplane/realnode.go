@@ -631,7 +631,9 @@ func (r *realNodes) removeLeftovers() {
 	r.iptables = nil
 	removeKubeletChains()
 	_ = run("ip", "link", "del", realBridge)
-	for _, hierarchy := range v1Controllers() {
+	// The kubelet's cgroup library makes the pods' cgroups in the unified
+	// (v2) hierarchy too, mounted beside the v1 controllers here.
+	for _, hierarchy := range append(v1Controllers(), "/sys/fs/cgroup/unified") {
 		entries, _ := os.ReadDir(hierarchy)
 		for _, e := range entries {
 			if e.IsDir() && strings.HasPrefix(e.Name(), "jumppod-real-node-") {

@@ -249,9 +249,11 @@ func TestRealNodesRunTheJumpPodsSSHDBehindANodePort(t *testing.T) {
 	if pids := shimsOf(stateBase); len(pids) > 0 {
 		t.Errorf("containerd shims still running after stop: %v", pids)
 	}
-	for _, h := range v1Controllers() {
-		if _, err := os.Stat(filepath.Join(h, cgroupRoot(realNodeName(1)))); err == nil {
-			t.Errorf("cgroup %s/%s left after stop", h, cgroupRoot(realNodeName(1)))
+	for _, h := range append(v1Controllers(), "/sys/fs/cgroup/unified") {
+		for i := 1; i <= 2; i++ {
+			if _, err := os.Stat(filepath.Join(h, cgroupRoot(realNodeName(i)))); err == nil {
+				t.Errorf("cgroup %s%s left after stop", h, cgroupRoot(realNodeName(i)))
+			}
 		}
 	}
 	if out, _ := exec.Command("iptables", "-w", "-S", "FORWARD").CombinedOutput(); bytes.Contains(out, []byte(iptablesComment)) {
