@@ -129,12 +129,16 @@ var realNodeTools = []string{
 	"/usr/sbin/iptables", "/usr/sbin/conntrack", "/usr/sbin/ip",
 }
 
-// startRealNodes brings up n real nodes and kube-proxy. users holds the
+// startRealNodes brings up opts.realNodes real nodes and kube-proxy. users holds the
 // kubeconfigs startCluster wrote (the nodes' and kube-proxy's included).
 func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOptions, users map[string]string, admin kubernetes.Interface) error {
 	r := &realNodes{c: c, dir: filepath.Join(c.dir, "nodes"), tunables: map[string]string{},
 		imagesDir: opts.realNodeImages, startTimeout: opts.startTimeout}
 	c.real = r
+	// Node N's addresses are 10.222.0.1N and 10.222.N.0/24.
+	if opts.realNodes > 9 {
+		return fmt.Errorf("--real-nodes %d: at most 9", opts.realNodes)
+	}
 	for _, tool := range realNodeTools {
 		if _, err := os.Stat(tool); err != nil {
 			return fmt.Errorf("real nodes: %s is missing (make real-node-deps installs Debian's containerd, runc, containernetworking-plugins, iptables, conntrack): %w", tool, err)

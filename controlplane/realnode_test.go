@@ -241,8 +241,10 @@ func TestRealNodesRunTheJumpPodsSSHDBehindANodePort(t *testing.T) {
 	})
 
 	// Everything the real nodes started or changed is gone after stop.
+	stopping := time.Now()
 	c.stop()
 	stopped = true
+	t.Logf("stopped in %s", time.Since(stopping).Round(100*time.Millisecond))
 	if err := exec.Command("ip", "link", "show", realBridge).Run(); err == nil {
 		t.Errorf("bridge %s still exists after stop", realBridge)
 	}

@@ -7,7 +7,9 @@
 #                  openssh-server, whose host keys are generated at install time and so baked
 #                  into the image, as they are in the public jump-pod image
 # Each archive is cached under OUTDIR, keyed by the hash of its inputs (this script, and the
-# pause source); a second run with the same inputs does nothing. Needs root and debootstrap.
+# pause source); a second run with the same inputs does nothing. The Debian packages are the
+# mirror's of the day the cache was made: remove OUTDIR to take newer ones. Needs root and
+# debootstrap.
 #
 # usage: images/build.sh CONTROLPLANE_BINARY OUTDIR
 set -euo pipefail
@@ -56,7 +58,11 @@ if [ ! -f "$sshd_tar" ]; then
   "$controlplane" oci-archive --rootfs "$rootfs" --ref localhost/jumppod/sshd:bookworm \
     --entrypoint /usr/sbin/sshd --entrypoint -D --out "$sshd_tar.tmp"
   mv "$sshd_tar.tmp" "$sshd_tar"
-  rm -rf "$rootfs" "$rootfs.done"
+  rm -rf "$rootfs" "$rootfs.done" "$rootfs.log"
 fi
 ln -sfn "$(basename "$sshd_tar")" "$out/sshd.oci.tar"
+# Archives of earlier inputs are never used again.
+for f in "$out"/pause-*.oci.tar "$out"/sshd-*.oci.tar; do
+  case $f in "$pause_tar" | "$sshd_tar") ;; *) rm -f "$f" ;; esac
+done
 echo "images: $out/pause.oci.tar $out/sshd.oci.tar"
