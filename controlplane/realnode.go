@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -559,21 +560,32 @@ func (r *realNodes) stop() {
 	if r == nil || r.lock == nil {
 		return
 	}
-	if r.proxy != nil {
-		r.proxy.stop(5 * time.Second)
-		r.proxy = nil
-	}
-	for _, node := range r.nodes {
-		if node.kubelet != nil {
-			node.kubelet.stop(5 * time.Second)
+	var wg sync.WaitGroup
+	stop := func(ch *child) {
+		if ch != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ch.stop(5 * time.Second)
+			}()
 		}
 	}
+	stop(r.proxy)
+	for _, node := range r.nodes {
+		stop(node.kubelet)
+	}
+	wg.Wait()
 	for _, node := range r.nodes {
 		if node.containerd != nil && !node.containerd.exited() {
-			removeSandboxes(node.socket)
-			node.containerd.stop(5 * time.Second)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				removeSandboxes(node.socket)
+				node.containerd.stop(5 * time.Second)
+			}()
 		}
 	}
+	wg.Wait()
 	r.removeLeftovers()
 	_ = os.RemoveAll(stateBase)
 	for _, rule := range r.iptables {
