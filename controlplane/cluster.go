@@ -32,6 +32,10 @@ type upOptions struct {
 	nodeCPU      string
 	nodeMemory   string
 	startTimeout time.Duration
+	// realNodes > 0: that many nodes run by a real kubelet and containerd
+	// (realnode.go), from the images in realNodeImages.
+	realNodes      int
+	realNodeImages string
 }
 
 // cluster is a running control plane: embedded etcd, three child processes
@@ -47,6 +51,7 @@ type cluster struct {
 	stopKubelet context.CancelFunc
 	kubeletDone chan struct{}
 	kubeletLog  *os.File
+	real        *realNodes
 	stopOnce    sync.Once
 	stopping    chan struct{}
 	// died receives the first component that exits while nobody stopped it.
@@ -64,6 +69,7 @@ type readyFile struct {
 	WebhookKey  string            `json:"webhook_key"`
 	Users       map[string]string `json:"users"`
 	Pid         int               `json:"pid"`
+	RealNodes   *realNodesInfo    `json:"real_nodes,omitempty"`
 }
 
 // progress reports start-up steps on stderr; stdout carries only the ready line.
@@ -121,6 +127,11 @@ func startCluster(ctx context.Context, opts upOptions) (*cluster, error) {
 	pki, ids, err := writeCredentials(dir)
 	if err != nil {
 		return nil, fmt.Errorf("writing certificates and tokens: %w", err)
+	}
+	if opts.realNodes > 0 {
+		if ids, err = addIdentities(dir, ids, realNodeIdentities(opts.realNodes)); err != nil {
+			return nil, err
+		}
 	}
 
 	etcd, etcdURL, err := startEtcd(dir, time.Until(start.Add(opts.startTimeout)))
@@ -184,7 +195,7 @@ func startCluster(ctx context.Context, opts upOptions) (*cluster, error) {
 
 	cm, err := c.startChild("kube-controller-manager", []string{
 		"--kubeconfig=" + users[controllerUser],
-		"--controllers=" + strings.Join(controllers, ","),
+		"--controllers=" + strings.Join(controllersFor(opts), ","),
 		"--leader-elect=false",
 		// Each controller acts as its own service account, as in kubeadm
 		// clusters, so the audit log names the controller behind a request.
@@ -240,12 +251,21 @@ func startCluster(ctx context.Context, opts upOptions) (*cluster, error) {
 		return nil, c.failure("kube-controller-manager (serviceaccount controller)", cm.logPath, err, opts.startTimeout)
 	}
 
+	if opts.realNodes > 0 {
+		if err := c.startRealNodes(ctx, start, opts, users, admin); err != nil {
+			return nil, err
+		}
+	}
+
 	ready := readyFile{
 		Kubeconfig: c.kubeconfig, Server: c.server, AuditLog: c.auditLog, Dir: dir,
 		WebhookCA:   filepath.Join(dir, "webhook", "ca.crt"),
 		WebhookCert: filepath.Join(dir, "webhook", "tls.crt"),
 		WebhookKey:  filepath.Join(dir, "webhook", "tls.key"),
 		Users:       users, Pid: os.Getpid(),
+	}
+	if c.real != nil {
+		ready.RealNodes = c.real.info()
 	}
 	data, err := json.MarshalIndent(ready, "", "  ")
 	if err != nil {
@@ -493,6 +513,7 @@ func getOK(ctx context.Context, client *http.Client, url string) error {
 func (c *cluster) stop() {
 	c.stopOnce.Do(func() {
 		close(c.stopping)
+		c.real.stop()
 		if c.stopKubelet != nil {
 			c.stopKubelet()
 			select {

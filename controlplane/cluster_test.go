@@ -33,7 +33,7 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case "kube-apiserver", "kube-controller-manager", "kube-scheduler":
+		case "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy":
 			main()
 			return
 		}

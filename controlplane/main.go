@@ -26,22 +26,28 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as upstream's mains
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kubeproxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 const usage = `usage: jumppod-controlplane COMMAND [FLAGS]
 
 commands:
   up --dir DIR [--nodes 3] [--node-cpu 4] [--node-memory 8Gi] [--start-timeout 180s] [--exit-on-stdin-close]
+     [--real-nodes 0] [--real-node-images DIR]
       start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and fake nodes on
-      127.0.0.1; print "ready <DIR/admin.kubeconfig>" once ready; stop on SIGINT/SIGTERM
+      127.0.0.1, and real nodes (kubelet + containerd, kube-proxy) when asked; print
+      "ready <DIR/admin.kubeconfig>" once ready; stop on SIGINT/SIGTERM
   run --dir DIR [up flags] -- CMD ARGS...
       start as up does, run CMD with JUMPPOD_CLUSTER_DIR, JUMPPOD_CLUSTER_KUBECONFIG and
       JUMPPOD_CLUSTER_AUDIT_LOG set, stop, and exit with CMD's exit code
   node-not-ready --dir DIR NODE   the fake kubelet of NODE stops (Ready=False, no heartbeats)
   node-ready --dir DIR NODE       ... and comes back
-  kube-apiserver | kube-controller-manager | kube-scheduler [FLAGS]
+  kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kube-proxy [FLAGS]
       the upstream commands (what up starts, one process each)
+  oci-archive --rootfs DIR --ref REF --out FILE [--entrypoint WORD]...
+      pack a root filesystem into an OCI image archive (images/build.sh uses it)
 `
 
 func main() {
@@ -57,6 +63,13 @@ func main() {
 		os.Exit(runUpstream(controllermanager.NewControllerManagerCommand(), args))
 	case "kube-scheduler":
 		os.Exit(runUpstream(scheduler.NewSchedulerCommand(), args))
+	case "kubelet":
+		// The kubelet's command needs a context: nil panics at start.
+		os.Exit(runUpstream(kubelet.NewKubeletCommand(context.Background()), args))
+	case "kube-proxy":
+		os.Exit(runUpstream(kubeproxy.NewProxyCommand(), args))
+	case "oci-archive":
+		os.Exit(ociArchiveCommand(args))
 	case "up":
 		os.Exit(upCommand(args))
 	case "run":
@@ -86,7 +99,22 @@ func upFlags(name string) (*flag.FlagSet, *upOptions) {
 	fs.StringVar(&o.nodeCPU, "node-cpu", "4", "cpu capacity of each node")
 	fs.StringVar(&o.nodeMemory, "node-memory", "8Gi", "memory capacity of each node")
 	fs.DurationVar(&o.startTimeout, "start-timeout", 180*time.Second, "how long every component together may take to become ready")
+	fs.IntVar(&o.realNodes, "real-nodes", 0, "number of real nodes (kubelet, containerd, one kube-proxy), tainted "+realNodeTaint+"=true:NoSchedule")
+	fs.StringVar(&o.realNodeImages, "real-node-images", defaultImagesDir(), "directory of pause.oci.tar and sshd.oci.tar (images/build.sh)")
 	return fs, o
+}
+
+// defaultImagesDir: $JUMPPOD_REAL_NODE_IMAGES, else target/images beside
+// target/controlplane where make puts this binary.
+func defaultImagesDir() string {
+	if dir := os.Getenv("JUMPPOD_REAL_NODE_IMAGES"); dir != "" {
+		return dir
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(self)), "images")
 }
 
 func upCommand(args []string) int {

@@ -30,6 +30,12 @@ func startChild(dir, name string, args []string) (*child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding this executable: %w", err)
 	}
+	return startProgram(dir, name, self, append([]string{name}, args...))
+}
+
+// startProgram runs path with args as the component name, its output in
+// logs/NAME.log.
+func startProgram(dir, name, path string, args []string) (*child, error) {
 	logPath := filepath.Join(dir, "logs", name+".log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, err
@@ -38,7 +44,7 @@ func startChild(dir, name string, args []string) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, append([]string{name}, args...)...)
+	cmd := exec.Command(path, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.Stdin = nil

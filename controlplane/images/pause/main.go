@@ -1,0 +1,28 @@
+// pause: the sandbox ("pause") image of the real nodes, built here because
+// nothing can be pulled from a registry. Like Kubernetes' own pause, it holds
+// the pod's namespaces open until it is told to stop, and reaps the zombies
+// it inherits when the pod shares one PID namespace.
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	signals := make(chan os.Signal, 8)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for sig := range signals {
+		if sig != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			var status syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &status, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,831 @@
+package main
+
+// Real nodes: `up --real-nodes N` starts, beside the fake nodes, N nodes run
+// by the upstream kubelet (this binary's `kubelet` subcommand), each with a
+// containerd of its own (Debian's containerd and runc) and CNI from Debian's
+// containernetworking-plugins on a bridge this file creates, and one
+// kube-proxy (iptables mode) for all of them: they share this machine's
+// network namespace, so a second kube-proxy would write the same chains.
+//
+// Network rule of the workplace: pods get addresses on the harness's own
+// bridge and a route to the service range only, nothing is masqueraded to
+// the outside, a FORWARD rule drops whatever would leave the bridge from the
+// pod range, and NodePorts answer on 127.0.0.1 only.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const (
+	// RealNodeLabel and RealNodeTaint keep every pod that does not ask for a
+	// real node off them: the fast suite's pods have neither the toleration
+	// nor the selector.
+	realNodeLabel = "jumppod.test/real-node"
+	realNodeTaint = "jumppod.test/real-node"
+
+	// The images `images/build.sh` makes, imported into every node's containerd.
+	pauseImage = "localhost/jumppod/pause:1"
+	sshdImage  = "localhost/jumppod/sshd:bookworm"
+
+	// One bridge per machine (the lock below makes sure of it), its range,
+	// and the service range of the apiserver, the only other route pods get.
+	realBridge    = "jumppod0"
+	realSubnet    = "10.222.0.0/16"
+	realGateway   = "10.222.0.1"
+	serviceRange  = "10.96.0.0/16"
+	realNodesLock = "/run/jumppod-controlplane-real-nodes.lock"
+	// stateBase holds what has unix sockets in it (containerd's, the
+	// kubelet's root dir): a socket's path is limited to 104 bytes, which a
+	// run directory under /tmp or target/ overruns. One run per machine at a
+	// time, so one directory serves; configs and logs stay in DIR.
+	stateBase       = "/var/lib/jumppod-real-nodes"
+	iptablesComment = "jumppod-controlplane real nodes: nothing leaves the bridge"
+)
+
+// realNodeIP is node i's address (1-based) on the bridge: the kubelet
+// refuses a loopback node IP.
+func realNodeIP(i int) string { return fmt.Sprintf("10.222.0.%d", 10+i) }
+
+// realNodeName is node i's name.
+func realNodeName(i int) string { return fmt.Sprintf("real-node-%d", i) }
+
+// kernelTunables are what the kubelet (setupKernelTunables) and kube-proxy
+// (route_localnet) write in /proc/sys; they are put back on stop.
+var kernelTunables = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/conf/all/route_localnet",
+}
+
+// RealNodesInfo goes into ready.json under "real_nodes".
+type realNodesInfo struct {
+	Nodes       []realNodeInfo `json:"nodes"`
+	SSHDImage   string         `json:"sshd_image"`
+	PauseImage  string         `json:"pause_image"`
+	Label       string         `json:"label"`
+	Taint       string         `json:"taint"`
+	Bridge      string         `json:"bridge"`
+	PodSubnet   string         `json:"pod_subnet"`
+	NodePortsOn string         `json:"nodeports_on"`
+}
+
+type realNodeInfo struct {
+	Name             string `json:"name"`
+	IP               string `json:"ip"`
+	ContainerdSocket string `json:"containerd_socket"`
+	KubeletLog       string `json:"kubelet_log"`
+	ContainerdLog    string `json:"containerd_log"`
+}
+
+type realNode struct {
+	index      int
+	name, ip   string
+	dir        string // configs and pod logs, in DIR/nodes
+	state      string // containerd's and the kubelet's state, under stateBase
+	socket     string
+	containerd *child
+	kubelet    *child
+	cgroups    []string
+}
+
+// realNodes is everything `up --real-nodes` started or changed, so that
+// stop can undo it.
+type realNodes struct {
+	c         *cluster
+	dir       string
+	lock      *os.File
+	nodes     []*realNode
+	proxy     *child
+	bridge    bool
+	iptables  [][]string
+	tunables  map[string]string
+	imagesDir string
+	// startTimeout is up's --start-timeout, for failure messages.
+	startTimeout time.Duration
+}
+
+// realNodeTools are what the real nodes need from Debian (make real-node-deps).
+var realNodeTools = []string{
+	"/usr/bin/containerd", "/usr/bin/containerd-shim-runc-v2", "/usr/bin/ctr", "/usr/sbin/runc",
+	"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback", "/usr/lib/cni/portmap",
+	"/usr/sbin/iptables", "/usr/sbin/conntrack", "/usr/sbin/ip",
+}
+
+// startRealNodes brings up opts.realNodes real nodes and kube-proxy. users holds the
+// kubeconfigs startCluster wrote (the nodes' and kube-proxy's included).
+func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOptions, users map[string]string, admin kubernetes.Interface) error {
+	r := &realNodes{c: c, dir: filepath.Join(c.dir, "nodes"), tunables: map[string]string{},
+		imagesDir: opts.realNodeImages, startTimeout: opts.startTimeout}
+	c.real = r
+	// Node N's addresses are 10.222.0.1N and 10.222.N.0/24.
+	if opts.realNodes > 9 {
+		return fmt.Errorf("--real-nodes %d: at most 9", opts.realNodes)
+	}
+	for _, tool := range realNodeTools {
+		if _, err := os.Stat(tool); err != nil {
+			return fmt.Errorf("real nodes: %s is missing (make real-node-deps installs Debian's containerd, runc, containernetworking-plugins, iptables, conntrack): %w", tool, err)
+		}
+	}
+	images := []string{filepath.Join(r.imagesDir, "pause.oci.tar"), filepath.Join(r.imagesDir, "sshd.oci.tar")}
+	for _, image := range images {
+		if _, err := os.Stat(image); err != nil {
+			return fmt.Errorf("real nodes: image archive missing (make real-node-images builds it): %w", err)
+		}
+	}
+	lock, err := os.OpenFile(realNodesLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(realNodesLock)
+		lock.Close()
+		return fmt.Errorf("real nodes: another `up --real-nodes` runs on this machine (%s holds %s: %s); they would share one bridge and one set of kube-proxy chains",
+			strings.TrimSpace(string(holder)), realNodesLock, err)
+	}
+	r.lock = lock
+	_ = lock.Truncate(0)
+	_, _ = fmt.Fprintf(lock, "pid %d, dir %s\n", os.Getpid(), c.dir)
+
+	// What a run killed with SIGKILL left behind: its shims, mounts, bridge
+	// and rules. Nobody else can be using them: we hold the lock.
+	r.removeLeftovers()
+	for _, d := range []string{r.dir, stateBase} {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("real nodes: removing the previous run's %s: %w", d, err)
+		}
+	}
+	if err := os.MkdirAll(stateBase, 0o755); err != nil {
+		return err
+	}
+	for _, t := range kernelTunables {
+		if v, err := os.ReadFile(filepath.Join("/proc/sys", t)); err == nil {
+			r.tunables[t] = strings.TrimSpace(string(v))
+		}
+	}
+	if err := r.setUpNetwork(opts.realNodes); err != nil {
+		return fmt.Errorf("real nodes: network: %w", err)
+	}
+	progress(start, "bridge %s (%s) ready", realBridge, realSubnet)
+
+	ports, err := freePorts(2*opts.realNodes + 2)
+	if err != nil {
+		return err
+	}
+	for i := 1; i <= opts.realNodes; i++ {
+		node := &realNode{index: i, name: realNodeName(i), ip: realNodeIP(i),
+			dir: filepath.Join(r.dir, realNodeName(i)), state: filepath.Join(stateBase, realNodeName(i))}
+		node.socket = filepath.Join(node.state, "containerd.sock")
+		r.nodes = append(r.nodes, node)
+		if err := r.startContainerd(ctx, node); err != nil {
+			return err
+		}
+	}
+	// Imports in turn: two at once only share the same two cores.
+	for _, node := range r.nodes {
+		for _, image := range images {
+			if err := r.importImage(ctx, node, image); err != nil {
+				return err
+			}
+		}
+		progress(start, "%s: containerd ready, images imported", node.name)
+	}
+	for _, node := range r.nodes {
+		if err := r.startKubelet(node, users[realNodeUser(node.name)], ports[2*node.index-2], ports[2*node.index-1]); err != nil {
+			return err
+		}
+	}
+	for _, node := range r.nodes {
+		if err := waitFor(ctx, node.kubelet, func(ctx context.Context) error { return realNodeReady(ctx, admin, node.name) }); err != nil {
+			return c.failure(node.kubelet.name+" (node "+node.name+")", node.kubelet.logPath, err, opts.startTimeout)
+		}
+		progress(start, "%s Ready (containerd)", node.name)
+	}
+	healthzPort, metricsPort := ports[len(ports)-2], ports[len(ports)-1]
+	if err := r.startProxy(users[kubeProxyUser], healthzPort, metricsPort); err != nil {
+		return err
+	}
+	health := &http.Client{Timeout: 5 * time.Second}
+	if err := waitFor(ctx, r.proxy, func(ctx context.Context) error {
+		return getOK(ctx, health, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthzPort))
+	}); err != nil {
+		return c.failure(r.proxy.name, r.proxy.logPath, err, opts.startTimeout)
+	}
+	progress(start, "kube-proxy healthy (iptables, NodePorts on 127.0.0.1)")
+	return nil
+}
+
+// info is what ready.json says about the real nodes.
+func (r *realNodes) info() *realNodesInfo {
+	in := &realNodesInfo{
+		SSHDImage: sshdImage, PauseImage: pauseImage,
+		Label: realNodeLabel + "=true", Taint: realNodeTaint + "=true:NoSchedule",
+		Bridge: realBridge, PodSubnet: realSubnet, NodePortsOn: "127.0.0.1",
+	}
+	for _, n := range r.nodes {
+		in.Nodes = append(in.Nodes, realNodeInfo{
+			Name: n.name, IP: n.ip, ContainerdSocket: n.socket,
+			KubeletLog: n.kubelet.logPath, ContainerdLog: n.containerd.logPath,
+		})
+	}
+	return in
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// setUpNetwork creates the bridge with the gateway and the nodes' addresses
+// on it, and the FORWARD rule that keeps pod traffic on the bridge.
+func (r *realNodes) setUpNetwork(n int) error {
+	if err := run("ip", "link", "add", realBridge, "type", "bridge"); err != nil {
+		return err
+	}
+	r.bridge = true
+	if err := run("ip", "addr", "add", realGateway+"/16", "dev", realBridge); err != nil {
+		return err
+	}
+	for i := 1; i <= n; i++ {
+		if err := run("ip", "addr", "add", realNodeIP(i)+"/32", "dev", realBridge); err != nil {
+			return err
+		}
+	}
+	if err := run("ip", "link", "set", realBridge, "up"); err != nil {
+		return err
+	}
+	for _, rule := range [][]string{
+		{"FORWARD", "-s", realSubnet, "!", "-o", realBridge, "-m", "comment", "--comment", iptablesComment, "-j", "DROP"},
+		{"FORWARD", "-d", realSubnet, "!", "-i", realBridge, "-m", "comment", "--comment", iptablesComment, "-j", "DROP"},
+	} {
+		if err := run("iptables", append([]string{"-w", "-I"}, rule...)...); err != nil {
+			return err
+		}
+		r.iptables = append(r.iptables, rule)
+	}
+	return nil
+}
+
+// v1Controllers are the cgroup v1 hierarchies mounted under /sys/fs/cgroup.
+func v1Controllers() []string {
+	entries, _ := os.ReadDir("/sys/fs/cgroup")
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != "unified" {
+			out = append(out, filepath.Join("/sys/fs/cgroup", e.Name()))
+		}
+	}
+	return out
+}
+
+// cgroupRoot is node's own cgroup root: two kubelets under the same
+// /kubepods would each remove the other's pod cgroups as orphans.
+func cgroupRoot(node string) string { return "/jumppod-" + node }
+
+func (r *realNodes) makeCgroups(node *realNode) error {
+	for _, hierarchy := range v1Controllers() {
+		path := filepath.Join(hierarchy, cgroupRoot(node.name))
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return fmt.Errorf("cgroup %s: %w", path, err)
+		}
+		node.cgroups = append(node.cgroups, path)
+		// A new cpuset cgroup has no cpus and no memory nodes: nothing could
+		// run in it until they are copied from the parent.
+		if filepath.Base(hierarchy) == "cpuset" {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, err := os.ReadFile(filepath.Join(hierarchy, f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(path, f), v, 0o644); err != nil {
+					return fmt.Errorf("%s/%s: %w", path, f, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func containerdConfig(node *realNode) string {
+	d := filepath.Join(node.state, "containerd")
+	return fmt.Sprintf(`version = 2
+root = %q
+state = %q
+oom_score = 0
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+
+[grpc]
+  address = %q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  # This container lacks CAP_SYS_RESOURCE: without it runc fails every sandbox.
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = %q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %q
+`, filepath.Join(d, "root"), filepath.Join(d, "state"), node.socket, filepath.Join(d, "opt"), pauseImage,
+		filepath.Join(d, "runc"), filepath.Join(node.dir, "cni", "net.d"))
+}
+
+// cniConfig: one bridge for every node, each node allocating from its own
+// part of the range; routes to the bridge's subnet and the services only.
+func cniConfig(node *realNode) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "jumppod",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": %q,
+        "ranges": [[{"subnet": %q, "rangeStart": "10.222.%d.2", "rangeEnd": "10.222.%d.254", "gateway": %q}]],
+        "routes": [{"dst": %q}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, realBridge, filepath.Join(node.state, "cni-ipam"), realSubnet, node.index, node.index, realGateway, serviceRange)
+}
+
+func (r *realNodes) startContainerd(ctx context.Context, node *realNode) error {
+	if err := r.makeCgroups(node); err != nil {
+		return err
+	}
+	config := filepath.Join(node.dir, "containerd.toml")
+	if err := writeFile(config, []byte(containerdConfig(node)), 0o644); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(node.dir, "cni", "net.d", "10-jumppod.conflist"), []byte(cniConfig(node)), 0o644); err != nil {
+		return err
+	}
+	ch, err := r.c.startProgram("containerd-"+node.name, "/usr/bin/containerd", []string{"--config", config, "--log-level", "info"})
+	if err != nil {
+		return err
+	}
+	node.containerd = ch
+	if err := waitFor(ctx, ch, func(ctx context.Context) error {
+		// Dialing before the socket exists only makes gRPC log its retries.
+		if _, err := os.Stat(node.socket); err != nil {
+			return err
+		}
+		conn, err := criConn(node.socket)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, err = runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	}); err != nil {
+		return r.c.failure(ch.name, ch.logPath, err, r.startTimeout)
+	}
+	return nil
+}
+
+func criConn(socket string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+func (r *realNodes) importImage(ctx context.Context, node *realNode, archive string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "/usr/bin/ctr", "--address", node.socket, "--namespace", "k8s.io",
+		"images", "import", archive).CombinedOutput()
+	if err != nil {
+		return errors.New(describeFailure("containerd-"+node.name+" (ctr images import "+archive+")", node.containerd.logPath,
+			fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(out)))))
+	}
+	return nil
+}
+
+func kubeletConfig(node *realNode, port, healthzPort int) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# cgroup v1 here (KEP-5573: refused unless said), no systemd, no swap.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: %q
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+address: %s
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+podLogsDir: %q
+# No host resolv.conf for pods: they have no route to a name server anyway.
+resolvConf: ""
+clusterDomain: cluster.local
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+authorization:
+  mode: Webhook
+registerWithTaints:
+  - key: %s
+    value: "true"
+    effect: NoSchedule
+`, cgroupRoot(node.name), node.socket, node.ip, port, healthzPort, filepath.Join(node.dir, "pod-logs"), realNodeTaint)
+}
+
+func (r *realNodes) startKubelet(node *realNode, kubeconfig string, port, healthzPort int) error {
+	config := filepath.Join(node.dir, "kubelet.yaml")
+	if err := writeFile(config, []byte(kubeletConfig(node, port, healthzPort)), 0o644); err != nil {
+		return err
+	}
+	ch, err := r.c.startSubcommand("kubelet-"+node.name, "kubelet", []string{
+		"--config=" + config,
+		"--kubeconfig=" + kubeconfig,
+		"--root-dir=" + filepath.Join(node.state, "kubelet"),
+		"--volume-plugin-dir=" + filepath.Join(node.state, "volume-plugins"),
+		"--hostname-override=" + node.name,
+		"--node-ip=" + node.ip,
+		"--node-labels=" + realNodeLabel + "=true",
+	})
+	if err != nil {
+		return err
+	}
+	node.kubelet = ch
+	return nil
+}
+
+func (r *realNodes) startProxy(kubeconfig string, healthzPort, metricsPort int) error {
+	config := filepath.Join(r.dir, "kube-proxy.yaml")
+	// The first node's name: kube-proxy needs one to find a node IP. All
+	// nodes share this network namespace, so one kube-proxy serves them all.
+	if err := writeFile(config, []byte(fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: %q
+hostnameOverride: %s
+bindAddress: %s
+healthzBindAddress: 127.0.0.1:%d
+metricsBindAddress: 127.0.0.1:%d
+nodePortAddresses: ["127.0.0.0/8"]
+clusterCIDR: %s
+# 0: leave the machine's conntrack settings as they are.
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, kubeconfig, r.nodes[0].name, r.nodes[0].ip, healthzPort, metricsPort, realSubnet)), 0o644); err != nil {
+		return err
+	}
+	ch, err := r.c.startSubcommand("kube-proxy", "kube-proxy", []string{"--config=" + config})
+	if err != nil {
+		return err
+	}
+	r.proxy = ch
+	return nil
+}
+
+// realNodeReady: Ready, run by containerd, and carrying no taint but ours
+// (node admission's not-ready taint goes once the node-lifecycle controller
+// has seen it Ready).
+func realNodeReady(ctx context.Context, client kubernetes.Interface, name string) error {
+	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if !nodeReady(n) {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return fmt.Errorf("%s not Ready: %s %s", name, c.Reason, c.Message)
+			}
+		}
+		return fmt.Errorf("%s has no Ready condition yet", name)
+	}
+	if rt := n.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(rt, "containerd://") {
+		return fmt.Errorf("%s runs %q, not containerd", name, rt)
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key != realNodeTaint {
+			return fmt.Errorf("%s still tainted %s", name, t.Key)
+		}
+	}
+	return nil
+}
+
+// stop undoes startRealNodes: kube-proxy and the kubelets first (so nothing
+// restarts what goes next), then every pod sandbox through the CRI (which
+// stops containers and releases their network), containerd and its shims,
+// mounts, kube-proxy's chains, our rules, the bridge, the cgroups and the
+// kernel tunables.
+func (r *realNodes) stop() {
+	if r == nil || r.lock == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	stop := func(ch *child) {
+		if ch != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ch.stop(5 * time.Second)
+			}()
+		}
+	}
+	stop(r.proxy)
+	for _, node := range r.nodes {
+		stop(node.kubelet)
+	}
+	wg.Wait()
+	for _, node := range r.nodes {
+		if node.containerd != nil && !node.containerd.exited() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				removeSandboxes(node.socket)
+				node.containerd.stop(5 * time.Second)
+			}()
+		}
+	}
+	wg.Wait()
+	r.removeLeftovers()
+	_ = os.RemoveAll(stateBase)
+	for _, rule := range r.iptables {
+		_ = run("iptables", append([]string{"-w", "-D"}, rule...)...)
+	}
+	for t, v := range r.tunables {
+		_ = os.WriteFile(filepath.Join("/proc/sys", t), []byte(v), 0o644)
+	}
+	_ = syscall.Flock(int(r.lock.Fd()), syscall.LOCK_UN)
+	r.lock.Close()
+	r.lock = nil
+}
+
+// removeSandboxes stops and removes every pod sandbox of one containerd:
+// their containers die and CNI releases their addresses and veths.
+func removeSandboxes(socket string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := criConn(socket)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	client := runtimeapi.NewRuntimeServiceClient(conn)
+	list, err := client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return
+	}
+	for _, sb := range list.Items {
+		_, _ = client.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id})
+		_, _ = client.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
+	}
+}
+
+// removeLeftovers takes down what belongs to this DIR's real nodes and may
+// outlive their processes: containerd's shims (their own process groups, by
+// design), containers' and volumes' mounts, kube-proxy's chains, our
+// FORWARD rules, the bridge, the nodes' cgroups and the container log links.
+func (r *realNodes) removeLeftovers() {
+	for _, pid := range shimsOf(stateBase) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	unmountUnder(stateBase)
+	unmountUnder(r.dir)
+	self, err := os.Executable()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = exec.CommandContext(ctx, self, "kube-proxy", "--cleanup").Run()
+		cancel()
+	}
+	for _, rule := range [][]string{
+		{"FORWARD", "-s", realSubnet, "!", "-o", realBridge, "-m", "comment", "--comment", iptablesComment, "-j", "DROP"},
+		{"FORWARD", "-d", realSubnet, "!", "-i", realBridge, "-m", "comment", "--comment", iptablesComment, "-j", "DROP"},
+	} {
+		// Delete every copy: a crashed run may have left one per start.
+		for i := 0; i < 10 && run("iptables", append([]string{"-w", "-D"}, rule...)...) == nil; i++ {
+		}
+	}
+	r.iptables = nil
+	removeKubeletChains()
+	_ = run("ip", "link", "del", realBridge)
+	// The kubelet's cgroup library makes the pods' cgroups in the unified
+	// (v2) hierarchy too, mounted beside the v1 controllers here.
+	for _, hierarchy := range append(v1Controllers(), "/sys/fs/cgroup/unified") {
+		entries, _ := os.ReadDir(hierarchy)
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "jumppod-real-node-") {
+				removeCgroupTree(filepath.Join(hierarchy, e.Name()))
+			}
+		}
+	}
+	links, _ := filepath.Glob("/var/log/containers/*.log")
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil && strings.HasPrefix(target, r.dir+"/") {
+			_ = os.Remove(l)
+		}
+	}
+}
+
+// removeKubeletChains removes the chains the kubelet makes (its canaries, the
+// localnet firewall, the hint), which kube-proxy --cleanup leaves: they are
+// ours, as the lock says no other run uses them.
+func removeKubeletChains() {
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		for _, hook := range []string{"INPUT", "OUTPUT"} {
+			for i := 0; i < 10 && run(tool, "-w", "-t", "filter", "-D", hook, "-j", "KUBE-FIREWALL") == nil; i++ {
+			}
+		}
+		for _, chain := range [][2]string{
+			{"filter", "KUBE-FIREWALL"}, {"filter", "KUBE-KUBELET-CANARY"}, {"nat", "KUBE-KUBELET-CANARY"},
+			{"mangle", "KUBE-KUBELET-CANARY"}, {"mangle", "KUBE-IPTABLES-HINT"},
+		} {
+			if run(tool, "-w", "-t", chain[0], "-F", chain[1]) == nil {
+				_ = run(tool, "-w", "-t", chain[0], "-X", chain[1])
+			}
+		}
+	}
+}
+
+// shimsOf finds the containerd shims serving a containerd whose socket is
+// under dir (their command line names it).
+func shimsOf(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-address" && strings.HasPrefix(args[i+1], dir+"/") {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// unmountUnder lazily unmounts every mount point below dir, deepest first.
+func unmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) > 4 {
+			p := unescapeMountPath(fields[4])
+			if strings.HasPrefix(p, dir+"/") {
+				points = append(points, p)
+			}
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, p := range points {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
+}
+
+func unescapeMountPath(p string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(p)
+}
+
+// removeCgroupTree removes a cgroup and its children, deepest first (a v1
+// cgroup is removed with rmdir, once no process is left in it).
+func removeCgroupTree(root string) {
+	var dirs []string
+	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = syscall.Rmdir(dirs[i])
+	}
+}
+
+// onBridge reports whether ip is in the bridge's range.
+func onBridge(ip string) bool {
+	_, subnet, _ := net.ParseCIDR(realSubnet)
+	parsed := net.ParseIP(ip)
+	return parsed != nil && subnet.Contains(parsed)
+}
+
+// The real nodes' users: each kubelet its own (in system:masters, since the
+// apiserver runs no Node authorizer), and kube-proxy the user RBAC's
+// bootstrap binds to system:node-proxier.
+const kubeProxyUser = "system:kube-proxy"
+
+func realNodeUser(node string) string { return "system:node:" + node }
+
+func realNodeIdentities(n int) []identity {
+	ids := []identity{newIdentity(kubeProxyUser)}
+	for i := 1; i <= n; i++ {
+		ids = append(ids, newIdentity(realNodeUser(realNodeName(i)), "system:nodes", mastersGroup))
+	}
+	return ids
+}
+
+// addIdentities adds users to the token file writeCredentials wrote, before
+// the apiserver reads it.
+func addIdentities(dir string, ids, extra []identity) ([]identity, error) {
+	all := append(append([]identity{}, ids...), extra...)
+	return all, writeFile(filepath.Join(dir, "tokens.csv"), tokenFile(all), 0o600)
+}
+
+// startProgram runs a program that is not this binary (containerd) as a
+// component: its log in logs/, its process group stopped on exit, its death
+// reported on c.died.
+func (c *cluster) startProgram(logName, path string, args []string) (*child, error) {
+	ch, err := startProgram(c.dir, logName, path, append(args, extraArgs(logName)...))
+	if err != nil {
+		return nil, err
+	}
+	c.watch(ch)
+	return ch, nil
+}
+
+// startSubcommand runs one of this binary's subcommands under a log name of
+// its own (kubelet-real-node-1), extra flags from the subcommand's variable.
+func (c *cluster) startSubcommand(logName, sub string, args []string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	ch, err := startProgram(c.dir, logName, self, append(append([]string{sub}, args...), extraArgs(sub)...))
+	if err != nil {
+		return nil, err
+	}
+	c.watch(ch)
+	return ch, nil
+}
+
+func (c *cluster) watch(ch *child) {
+	go func() {
+		<-ch.done
+		select {
+		case <-c.stopping:
+		default:
+			c.died <- ch.name
+		}
+	}()
+}
+
+// controllersFor adds, for real nodes, the controllers a real kubelet and
+// kube-proxy depend on: pods with a service-account token volume wait for
+// the kube-root-ca.crt ConfigMap, and kube-proxy reads EndpointSlices.
+func controllersFor(opts upOptions) []string {
+	if opts.realNodes == 0 {
+		return controllers
+	}
+	return append(append([]string{}, controllers...), "root-ca-certificate-publisher-controller", "endpointslice-controller")
+}
