@@ -1,18 +1,23 @@
-//! `jumppod run`'s memory and start-up with many projects, on the real control plane
-//! (`make bench-controller` starts it): 1, 100 and 1000 healthy projects (a ReplicaSet, its
-//! ready pod, a NodePort Service each) in one namespace; for each count, the controller's RSS
-//! once every project is reconciled, and the time a fresh controller takes to fill its caches
-//! and reconcile them all (polled every 200 ms). Issue 12's goal: under 64 MiB at 1000 projects.
+//! `jumppod run` on the real control plane (`make bench-controller` starts it).
 //!
-//! Not a criterion benchmark: one sample per count is the measure (a controller's memory does
-//! not vary between runs the way a hot loop's time does).
+//! First, with criterion: how long after an old pod finishes the controller has its project's
+//! Service recreated with the current selector (the upgrade of issue 12 §6), each sample a
+//! fresh project set up outside the timed part, the Service polled every 5 ms.
+//!
+//! Then its memory and start-up with many projects: 1, 100 and 1000 healthy projects (a
+//! ReplicaSet, its ready pod, a NodePort Service each) in one namespace; for each count, the
+//! controller's RSS once every project is reconciled, and the time a fresh controller takes to
+//! fill its caches and reconcile them all (polled every 200 ms). Issue 12's goal: under 64 MiB
+//! at 1000 projects. Not criterion: one sample per count is the measure (a controller's memory
+//! does not vary between runs the way a hot loop's time does).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::cluster::{admin, admin_kubeconfig, namespace, typed, wait_for};
+use common::cluster::{admin, admin_kubeconfig, cluster_dir, evict, namespace, typed, wait_for};
 use common::config_for;
-use common::run::{Controller, metric};
+use common::run::{Controller, SMALL, gone, metric, switched_port, upgrading_project};
+use criterion::{Criterion, SamplingMode};
 use futures::StreamExt;
 use jumppod::schema;
 use jumppod_host::api::Kube;
@@ -25,6 +30,74 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 const NS: &str = "bench-controller";
+
+/// The namespace of the switch's samples, apart from the memory's projects.
+const SWITCH_NS: &str = "bench-switch";
+
+/// Samples of the switch; each takes a NodePort of the static band (30000-30085), which the
+/// allocator never hands out unasked.
+const SWITCH_SAMPLES: usize = 20;
+
+/// An old pod finishes -> its Service is recreated: criterion's samples, one project each.
+fn switch(rt: &tokio::runtime::Runtime, c: &mut Criterion) {
+    let kube = rt.block_on(admin());
+    rt.block_on(namespace(&kube, SWITCH_NS));
+    let template = cluster_dir().join("bench-switch-template.yaml");
+    std::fs::write(&template, SMALL).unwrap();
+    let args = [
+        "run",
+        "--namespace",
+        SWITCH_NS,
+        "--listen",
+        "127.0.0.1:0",
+        "--leader-elect",
+        "false",
+        "-f",
+        template.to_str().unwrap(),
+    ];
+    let controller = Controller::start(&admin_kubeconfig(), &args, &[], None);
+    rt.block_on(controller.leading());
+    let mut next = 0;
+    let mut group = c.benchmark_group("controller");
+    // One project per sample: no warm-up beyond one sample, the fewest samples criterion takes.
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(SWITCH_SAMPLES)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(1));
+    group.bench_function("old pod finished -> Service switched", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let port = 30000 + next;
+                    assert!(port <= 30085, "more samples than the static NodePort band");
+                    let project = format!("sw{next}");
+                    next += 1;
+                    upgrading_project(&kube, SWITCH_NS, &project, port).await;
+                    let name = schema::jump_pod_name(&project);
+                    let start = Instant::now();
+                    evict(&kube, SWITCH_NS, &name).await;
+                    let node_port = loop {
+                        if let Some(p) = switched_port(&kube, SWITCH_NS, &project).await {
+                            break p;
+                        }
+                        assert!(
+                            start.elapsed() < Duration::from_secs(90),
+                            "timed out after 90 s waiting for the Service of {project} to be switched"
+                        );
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    };
+                    took += start.elapsed();
+                    assert_eq!(node_port, port, "the same NodePort");
+                    gone(&kube, SWITCH_NS, &name).await;
+                }
+                took
+            })
+        })
+    });
+    group.finish();
+}
 
 /// One healthy project: its pod first (bound to node-1, where the fake kubelet runs it
 /// whatever its size), then the Service, then the ReplicaSet that adopts the pod.
@@ -65,7 +138,7 @@ fn start() -> Controller {
         "--leader-elect",
         "false",
     ];
-    Controller::start(&admin_kubeconfig(), &args, None)
+    Controller::start(&admin_kubeconfig(), &args, &[], None)
 }
 
 /// Waits until `count` projects are ready in the controller's eyes; how long that took.
@@ -80,8 +153,19 @@ async fn ready(controller: &Controller, count: usize) -> Duration {
     start.elapsed()
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut criterion = Criterion::default().configure_from_args();
+    switch(&rt, &mut criterion);
+    criterion.final_summary();
+    rt.block_on(memory());
+}
+
+async fn memory() {
     let kube = admin().await;
     namespace(&kube, NS).await;
     let running = start();
