@@ -370,7 +370,8 @@ async fn a_pod_no_node_can_hold_yields_a_warning_event_with_the_schedulers_messa
 /// §3: two replicas, one leader; while the leader switches a project's Service, the standby
 /// only reads the Lease (no list, no watch, no write); the leader killed, the
 /// standby takes over within the lease duration, counted in its looks at the Lease (its own
-/// clock measures the lease, one look per retry period); SIGTERM releases the Lease.
+/// clock measures the lease; its looks are at least a retry period apart); SIGTERM releases
+/// the Lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_controllers_one_leads_and_the_other_takes_over_when_it_is_killed() {
     let kube = admin().await;
@@ -409,8 +410,8 @@ async fn of_two_controllers_one_leads_and_the_other_takes_over_when_it_is_killed
     );
 
     // b's looks from the kill on: perhaps one before a's last renewal reaches it, one that
-    // first sees that renewal, then one per retry period until the record is as old as the
-    // lease duration by b's clock, the last of which takes the Lease.
+    // first sees that renewal, then looks at least a retry period apart until the record is
+    // as old as the lease duration by b's clock, the last of which takes the Lease.
     let most = (LEASE_DURATION.as_millis() / RETRY_PERIOD.as_millis()) as usize + 2;
     let looks = |from| {
         requests_in(&audit, from, "user-4", ns)
