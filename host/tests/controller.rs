@@ -24,6 +24,7 @@ use jumppod_host::rbac;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::SignedDuration;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -369,9 +370,9 @@ async fn a_pod_no_node_can_hold_yields_a_warning_event_with_the_schedulers_messa
 
 /// §3: two replicas, one leader; while the leader switches a project's Service, the standby
 /// only reads the Lease (no list, no watch, no write); the leader killed, the
-/// standby takes over within the lease duration, counted in its looks at the Lease (its own
-/// clock measures the lease; its looks are at least a retry period apart); SIGTERM releases
-/// the Lease.
+/// standby takes over once the lease has run out and within the lease duration counted in
+/// its looks at the Lease (its own clock measures the lease; its looks are at least a retry
+/// period apart, so this count is an upper bound, not a tight one); SIGTERM releases the Lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_controllers_one_leads_and_the_other_takes_over_when_it_is_killed() {
     let kube = admin().await;
@@ -422,6 +423,13 @@ async fn of_two_controllers_one_leads_and_the_other_takes_over_when_it_is_killed
     let from = audit.mark();
     a.signal("-KILL");
     let killed = Instant::now();
+    // a's last renewal as the record holds it with a gone (or one before it, if a renewal
+    // was still in flight: then the gap below is only longer).
+    let renewed = lease(&kube, ns)
+        .await
+        .and_then(|l| l.renew_time)
+        .expect("a renewed the Lease")
+        .0;
     wait_for("b to take the Lease", || async {
         if holder(&kube, ns).await.as_deref() == Some("b") {
             return Some(());
@@ -440,6 +448,18 @@ async fn of_two_controllers_one_leads_and_the_other_takes_over_when_it_is_killed
         (1..=most).contains(&looked),
         "b took the Lease after {looked} looks; at most {most} fit in a lease duration of \
          {LEASE_DURATION:?} at one look per {RETRY_PERIOD:?}"
+    );
+    // Never before the lease ran out: b counts it from a look after that renewal, and both
+    // times come from this machine's clock.
+    let acquired = lease(&kube, ns)
+        .await
+        .and_then(|l| l.acquire_time)
+        .expect("b acquired the Lease")
+        .0;
+    let gap = acquired.duration_since(renewed);
+    assert!(
+        gap >= SignedDuration::try_from(LEASE_DURATION).unwrap(),
+        "b took the Lease {gap:?} after a's last renewal, sooner than the lease duration {LEASE_DURATION:?}"
     );
     b.leading().await;
     println!(
