@@ -87,7 +87,7 @@ unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE)
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
-test: policy lint controlplane-check unit web-test
+test: policy lint controlplane-check real-node-check unit web-test
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 ## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
@@ -154,10 +154,7 @@ real-node-images: real-node-deps $(CONTROLPLANE)
 
 ## real-node-check: the control plane with 2 real nodes (kubelet, containerd, kube-proxy), the
 ## jump pod's sshd reached through a NodePort on 127.0.0.1 (controlplane/realnode_test.go); -count=1:
-## what it proves is outside the test binary, so a cached pass would prove nothing. Not yet part
-## of `make test`: in the last full runs it failed twice in two different ways (a NodePort
-## refused for a minute after its EndpointSlice was ready; an unauthorized key's handshake cut
-## with EOF instead of refused), which must be understood before CI depends on it.
+## what it proves is outside the test binary, so a cached pass would prove nothing
 real-node-check: real-node-deps real-node-images
 	cd controlplane && JUMPPOD_REAL_NODE_IMAGES=$(REAL_NODE_IMAGES) CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 \
 	  go test -tags realnode -run TestRealNodes -count=1 -v -timeout 15m .
