@@ -371,14 +371,7 @@ func (c *cluster) startChild(name string, args []string) (*child, error) {
 		return nil, err
 	}
 	c.children = append(c.children, ch)
-	go func() {
-		<-ch.done
-		select {
-		case <-c.stopping:
-		default:
-			c.died <- ch.name
-		}
-	}()
+	c.watch(ch)
 	return ch, nil
 }
 

@@ -819,6 +819,8 @@ func (c *cluster) startSubcommand(logName, sub string, args []string) (*child, e
 	return ch, nil
 }
 
+// watch reports ch on c.died when it exits before the cluster is stopping: every
+// component, control plane or real node, is watched the same way.
 func (c *cluster) watch(ch *child) {
 	go func() {
 		<-ch.done
