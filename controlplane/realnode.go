@@ -208,9 +208,21 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 		}
 		progress(start, "%s: containerd ready, images imported", node.name)
 	}
+	// One kubelet at a time: every kubelet on a machine serves its device-plugin
+	// registration at the same fixed path (/var/lib/kubelet/device-plugins/
+	// kubelet.sock, not under --root-dir), and each empties that directory
+	// before it binds. Two starting together can both empty it and then both
+	// bind, and the loser exits ("Failed to start ContainerManager ... address
+	// already in use"), which failed a CI run. Started in turn, the later
+	// kubelet replaces the earlier one's socket; none of them has a device
+	// plugin, so nothing is lost.
 	for _, node := range r.nodes {
+		before := socketAt(devicePluginSocket)
 		if err := r.startKubelet(node, users[realNodeUser(node.name)], ports[2*node.index-2], ports[2*node.index-1]); err != nil {
 			return err
+		}
+		if err := waitFor(ctx, node.kubelet, func(context.Context) error { return socketReplaced(devicePluginSocket, before) }); err != nil {
+			return c.failure(node.kubelet.name+" (node "+node.name+")", node.kubelet.logPath, err, opts.startTimeout)
 		}
 	}
 	for _, node := range r.nodes {
@@ -231,6 +243,40 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 	}
 	progress(start, "kube-proxy healthy (iptables, NodePorts on 127.0.0.1)")
 	return nil
+}
+
+// devicePluginSocket is where every kubelet binds its device-plugin
+// registration server, whatever its --root-dir.
+const devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
+
+// socketIdentity names the socket at path by inode and change time (an
+// inode number alone can be reused at once by the next file); zero when
+// there is none.
+type socketIdentity struct {
+	ino  uint64
+	ctim syscall.Timespec
+}
+
+func socketAt(path string) socketIdentity {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return socketIdentity{}
+	}
+	return socketIdentity{ino: st.Ino, ctim: st.Ctim}
+}
+
+// socketReplaced: a socket other than `before` is at path, and something
+// accepts connections on it.
+func socketReplaced(path string, before socketIdentity) error {
+	now := socketAt(path)
+	if now == (socketIdentity{}) || now == before {
+		return fmt.Errorf("no new device-plugin socket at %s yet", path)
+	}
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return fmt.Errorf("device-plugin socket %s: %w", path, err)
+	}
+	return conn.Close()
 }
 
 // info is what ready.json says about the real nodes.
