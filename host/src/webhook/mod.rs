@@ -1,0 +1,184 @@
+//! `jumppod webhook`: the policy module served as a Kubernetes mutating admission webhook
+//! (AdmissionReview v1 over HTTPS, JSONPatch), run as policy-server runs it: compiled once, a
+//! fresh instance per request, the epoch deadline bounding each call, the settings checked at
+//! start. What a cluster without Kubewarden can run; what the tests' real apiserver calls.
+//!
+//! [`review`] turns one request body into the AdmissionReview to answer (pure but for the
+//! policy call); [`serve`] is the TLS and HTTP around it. Every body gets an AdmissionReview
+//! back, a bad one with a message saying what is wrong, never a dropped connection.
+
+mod configuration;
+mod serve;
+
+pub use configuration::{Endpoint, configuration};
+pub use serve::{Options, serve, tls};
+
+use jumppod_review::{Policy, admission_response};
+use serde_json::{Value, json};
+
+/// The path the MutatingWebhookConfiguration points at.
+pub const PATH: &str = "/mutate";
+
+/// The AdmissionReview answering one request body. A body that is not an AdmissionReview v1
+/// with a request is refused (allowed: false, code 400) with what is wrong; a policy that
+/// fails (a trap, the deadline) refuses with code 500, as policy-server does.
+pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
+    let refuse = |uid: &Value, code: u16, message: String| json!({"uid": uid, "allowed": false, "status": {"code": code, "message": message}});
+    let document: Result<Value, _> = serde_json::from_slice(body);
+    let response = match &document {
+        Err(e) => refuse(
+            &json!(""),
+            400,
+            format!("jumppod webhook: the body is not JSON: {e}"),
+        ),
+        Ok(document) => {
+            let request = document.get("request");
+            let uid = request
+                .and_then(|r| r.get("uid"))
+                .cloned()
+                .unwrap_or(json!(""));
+            match (document.get("kind"), document.get("apiVersion"), request) {
+                (Some(k), Some(v), Some(request))
+                    if k == "AdmissionReview"
+                        && v == "admission.k8s.io/v1"
+                        && request.is_object()
+                        && uid.as_str().is_some_and(|u| !u.is_empty()) =>
+                {
+                    match policy.validate(request, settings) {
+                        Ok(answer) => admission_response(request, &answer),
+                        Err(e) => refuse(
+                            &uid,
+                            500,
+                            format!("jumppod webhook: the policy failed: {}", report(&e)),
+                        ),
+                    }
+                }
+                (kind, version, _) => refuse(
+                    &uid,
+                    400,
+                    format!(
+                        "jumppod webhook: expected an AdmissionReview (admission.k8s.io/v1) with a request and its uid, got kind {}, apiVersion {}",
+                        kind.map_or("none".into(), Value::to_string),
+                        version.map_or("none".into(), Value::to_string)
+                    ),
+                ),
+            }
+        }
+    };
+    envelope(response)
+}
+
+/// A refusal: allowed false, with the code and what is wrong.
+pub(crate) fn refuse(uid: &Value, code: u16, message: String) -> Value {
+    json!({"uid": uid, "allowed": false, "status": {"code": code, "message": message}})
+}
+
+pub(crate) fn envelope(response: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+fn report(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jumppod_review::Native;
+    use rstest::rstest;
+
+    fn answer(body: &[u8]) -> Value {
+        review(&Native, &json!({}), body)["response"].clone()
+    }
+
+    #[rstest]
+    #[case::not_json(b"{not json".as_slice(), "not JSON")]
+    #[case::an_admission_review_v1beta1(
+        br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"u"}}"#.as_slice(),
+        "apiVersion \"admission.k8s.io/v1beta1\"")]
+    #[case::no_request(br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}"#.as_slice(), "with a request")]
+    #[case::a_request_without_its_uid(
+        br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"kind":{}}}"#.as_slice(),
+        "and its uid")]
+    fn a_bad_body_gets_a_refusal_that_says_what_is_wrong(#[case] body: &[u8], #[case] says: &str) {
+        let response = answer(body);
+        assert_eq!(response["allowed"], false);
+        assert_eq!(response["status"]["code"], 400);
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+
+    /// A bare AdmissionRequest of policy/test_data as the API server sends it: in a review.
+    fn reviewed(request: &str) -> Value {
+        let request: Value = serde_json::from_str(request).unwrap();
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        answer(body.to_string().as_bytes())
+    }
+
+    /// The expected answers are written out (the verdicts and messages kwctl run gives for the
+    /// same fixtures, policy/e2e.bats), not computed by the policy and the response builder
+    /// that `review` itself calls.
+    #[test]
+    fn a_legacy_bare_pod_gets_its_uid_and_the_patch_that_labels_and_sizes_it() {
+        let mut response = answer(
+            include_str!("../../../policy/test_data/admission_review_legacy_bare_pod_create.json")
+                .as_bytes(),
+        );
+        use base64::Engine as _;
+        let patch = response.as_object_mut().unwrap().remove("patch");
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(patch.as_ref().and_then(Value::as_str).expect("a patch"))
+            .expect("the patch is base64");
+        let patch: Value = serde_json::from_slice(&patch).expect("the patch is JSON");
+        assert_eq!(
+            response,
+            json!({"uid": "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41", "allowed": true, "patchType": "JSONPatch"})
+        );
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1instance", "value": "dstack-main-ssh-jump-pod"},
+                {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1managed-by", "value": "dstack"},
+                {"op": "add", "path": "/metadata/labels/k8s.dstack.ai~1project", "value": "main"},
+                {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {"cpu": "500m", "memory": "1Gi"}},
+                {"op": "add", "path": "/spec/containers/0/resources/requests",
+                 "value": {"cpu": "500m", "ephemeral-storage": "64Mi", "memory": "1Gi"}},
+            ])
+        );
+    }
+
+    const BEST_EFFORT: &str = "container \"dstack-main-ssh-jump-pod-container\": cpu has no request and no limit (Guaranteed QoS needs both, equal); \
+        container \"dstack-main-ssh-jump-pod-container\": memory has no request and no limit (Guaranteed QoS needs both, equal); \
+        container \"dstack-main-ssh-jump-pod-container\": ephemeral-storage request is missing (at least 64Mi is required)";
+
+    #[rstest]
+    #[case::an_ordinary_pod_is_allowed_untouched(
+        include_str!("../../../policy/test_data/ordinary_pod_create.json"),
+        json!({"uid": "6b2e9f1a-4c7d-4e8b-a3f5-1d9c7e2b4a60", "allowed": true}))]
+    #[case::an_undersized_jump_pod_is_refused_naming_container_value_and_minimum(
+        include_str!("../../../policy/test_data/undersized_jump_pod_create.json"),
+        json!({"uid": "c3e6a9d2-1f4b-4c8e-9a7d-5b2e8f1c4a73", "allowed": false, "status": {"message":
+            "jump pod \"dstack-main-ssh-jump-pod-w5n8r\" does not meet the jump-pod contract: \
+             container \"dstack-main-ssh-jump-pod-container\": cpu request 50m is below the minimum 100m"}}))]
+    #[case::a_best_effort_replicaset_template_is_refused_not_mutated(
+        include_str!("../../../policy/test_data/replicaset_besteffort_template_create.json"),
+        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": false, "status": {"message": format!(
+            "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract: {BEST_EFFORT}")}}))]
+    #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning(
+        include_str!("../../../policy/test_data/legacy_pod_adoption_update.json"),
+        json!({"uid": "4a7d0c3f-6e9b-4b2e-a5d8-1c4f7a0d3e66", "allowed": true, "warnings": [format!(
+            "jump pod \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract (accepted: its resources did not change): {BEST_EFFORT}")]}))]
+    fn a_request_gets_the_policys_verdict_under_its_uid(
+        #[case] request: &str,
+        #[case] expected: Value,
+    ) {
+        assert_eq!(reviewed(request), expected);
+    }
+}

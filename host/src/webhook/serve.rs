@@ -1,0 +1,201 @@
+//! The TLS and HTTP around [`super::review`]: the serving certificate, the listener, the
+//! routes (`POST /mutate`, `/healthz`, `/readyz`).
+
+use super::{PATH, envelope, refuse, review};
+use crate::config::ConfigError;
+use crate::error::HostError;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use jumppod_review::Policy;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_rustls::rustls;
+
+/// The API server sends at most 3 MiB of object; a body past this is refused with a message.
+const MAX_BODY: usize = 6 * 1024 * 1024;
+
+/// How the webhook runs.
+pub struct Options {
+    pub listen: SocketAddr,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub policy: Arc<dyn Policy>,
+    pub settings: Value,
+}
+
+/// The TLS configuration from PEM files: the serving chain and its key (PKCS#8, SEC1 or RSA).
+pub fn tls(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, HostError> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |field: &str, path: &Path, problem: String| ConfigError {
+        field: field.into(),
+        value: path.display().to_string(),
+        problem,
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| {
+            bad(
+                "--tls-cert",
+                cert,
+                format!("cannot read a PEM certificate: {e}"),
+            )
+        })?;
+    if chain.is_empty() {
+        return Err(bad("--tls-cert", cert, "holds no certificate".into()).into());
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        bad(
+            "--tls-key",
+            key,
+            format!("cannot read a PEM private key: {e}"),
+        )
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key_der))
+        .map_err(|e| {
+            bad(
+                "--tls-key",
+                key,
+                format!("does not fit the certificate: {e}"),
+            )
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Serves until `shutdown` resolves. `bound` gets the address actually listened on (port 0
+/// picks a free one).
+pub async fn serve(
+    options: Options,
+    bound: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), HostError> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls(&options.cert, &options.key)?));
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| ConfigError {
+            field: "--listen".into(),
+            value: options.listen.to_string(),
+            problem: format!("cannot listen there: {e}"),
+        })?;
+    let local = listener.local_addr().map_err(|e| ConfigError {
+        field: "--listen".into(),
+        value: options.listen.to_string(),
+        problem: e.to_string(),
+    })?;
+    bound(local);
+    let shared = Arc::new((options.policy, options.settings));
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => {
+                tracing::info!("shutting down");
+                return Ok(());
+            }
+        };
+        let acceptor = acceptor.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(tls) => tls,
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let service = hyper::service::service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(req, &shared.0, &shared.1).await) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    policy: &Arc<dyn Policy>,
+    settings: &Value,
+) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
+        Response::builder()
+            .status(status)
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap_or_default()
+    };
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz" | "/readyz") => {
+            reply(StatusCode::OK, "text/plain", b"ok\n".to_vec())
+        }
+        (&Method::POST, PATH) => {
+            let started = Instant::now();
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(body) => body.to_bytes(),
+                Err(e) => {
+                    let answer = envelope(refuse(
+                        &json!(""),
+                        400,
+                        format!(
+                            "jumppod webhook: cannot read the body (at most {MAX_BODY} bytes): {e}"
+                        ),
+                    ));
+                    let body = serde_json::to_vec(&answer).unwrap_or_default();
+                    return reply(StatusCode::OK, "application/json", body);
+                }
+            };
+            let (policy, settings) = (policy.clone(), settings.clone());
+            // wasmtime runs synchronously: off the reactor, on the blocking pool.
+            let review =
+                tokio::task::spawn_blocking(move || review(policy.as_ref(), &settings, &body))
+                    .await
+                    .unwrap_or_else(|e| {
+                        envelope(refuse(
+                            &json!(""),
+                            400,
+                            format!("jumppod webhook: the evaluation panicked: {e}"),
+                        ))
+                    });
+            let response = &review["response"];
+            tracing::info!(
+                uid = %response["uid"],
+                allowed = %response["allowed"],
+                patched = response.get("patch").is_some(),
+                message = %response["status"]["message"],
+                elapsed = ?started.elapsed(),
+                "reviewed"
+            );
+            reply(
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_vec(&review).unwrap_or_default(),
+            )
+        }
+        (_, path) => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            format!("jumppod webhook: no {path} here; AdmissionReviews go to POST {PATH}\n")
+                .into_bytes(),
+        ),
+    }
+}
