@@ -9,6 +9,8 @@ import { EXAMPLES } from './examples.js';
 const MAX_BYTES = 1.5 * 1024 * 1024;
 // Past this the state is not put in the URL (it would be unwieldy to share).
 const MAX_URL = 64 * 1024;
+/** Bytes base64-encoded at once when the state is written to the URL: 3 x 8 KiB. */
+const URL_BLOCK = 3 * 0x2000;
 const SETTINGS = [
   ['cpu.minimum', 'cpu-minimum'],
   ['cpu.default', 'cpu-default'],
@@ -251,14 +253,15 @@ async function encodeState(state) {
   const compact = { m: state.manifest, o: state.operation, s: state.settings };
   if (state.operation === 'UPDATE') compact.p = state.old;
   const bytes = await pipe(new TextEncoder().encode(JSON.stringify(compact)), new CompressionStream('deflate-raw'));
+  // A block at a time (String.fromCharCode takes its bytes as arguments), each a multiple of
+  // 3 bytes: the blocks' base64 then joins into the base64 of the whole, with no padding inside.
   let text = '';
-  for (let i = 0; i < bytes.length; i += 0x8000) text += toBase64Url(bytes.subarray(i, i + 0x8000));
+  for (let i = 0; i < bytes.length; i += URL_BLOCK) text += toBase64Url(bytes.subarray(i, i + URL_BLOCK));
   return text;
 }
 
 async function decodeState(fragment) {
-  const chunks = fragment.match(/.{1,43688}/g) ?? []; // 43688 = 0x8000 bytes in base64, no padding
-  const bytes = new Uint8Array(chunks.flatMap((c) => [...fromBase64Url(c)]));
+  const bytes = fromBase64Url(fragment);
   const compact = JSON.parse(new TextDecoder().decode(await pipe(bytes, new DecompressionStream('deflate-raw'))));
   return { manifest: compact.m, operation: compact.o, settings: compact.s, old: compact.p };
 }

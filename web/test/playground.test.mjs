@@ -4,6 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { createReadStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { extname, join, normalize } from 'node:path';
@@ -68,12 +69,11 @@ async function open(url = base) {
   return fresh;
 }
 
-/** The state a playground URL holds: `#v1=` and deflate-raw JSON, base64url a 0x8000-byte block at a time. */
+/** The state a playground URL holds: `#v1=` and the base64url of deflate-raw JSON. */
 function stateIn(url) {
   const fragment = new URL(url).hash.match(/^#v1=(.+)$/)?.[1];
   if (!fragment) return null;
-  const blocks = fragment.match(new RegExp(`.{1,${Math.ceil((0x8000 * 4) / 3)}}`, 'g'));
-  return JSON.parse(inflateRawSync(Buffer.concat(blocks.map((b) => Buffer.from(b, 'base64url')))).toString());
+  return JSON.parse(inflateRawSync(Buffer.from(fragment, 'base64url')).toString());
 }
 const reviews = () => page.evaluate(() => Number(document.body.dataset.reviews ?? 0));
 
@@ -241,8 +241,8 @@ describe('a whole AdmissionReview', () => {
 });
 
 describe('the URL', () => {
-  test('carries the state: a new tab opened on it shows the same verdict and settings', async () => {
-    const manifest = EXAMPLES.find((e) => e.id === 'request-not-limit').manifest;
+  /** Pastes `manifest`, unchecks mutate, and waits until the URL holds that state. */
+  async function urlHolding(manifest) {
     await paste(manifest);
     const seen = await reviews();
     await page.uncheck('#mutate');
@@ -258,6 +258,11 @@ describe('the URL', () => {
       await until('the URL to change', (before) => location.href !== before, url);
       url = await page.evaluate(() => location.href);
     }
+    return url;
+  }
+
+  /** Opens `url` in a new tab and checks it shows `manifest` rejected with mutate unchecked. */
+  async function restores(url, manifest) {
     const other = await open(url);
     try {
       assert.equal(await other.inputValue('#manifest'), manifest);
@@ -267,6 +272,21 @@ describe('the URL', () => {
     } finally {
       await other.close();
     }
+  }
+
+  test('carries the state: a new tab opened on it shows the same verdict and settings', async () => {
+    const manifest = EXAMPLES.find((e) => e.id === 'request-not-limit').manifest;
+    await restores(await urlHolding(manifest), manifest);
+  });
+
+  test('carries a state that compresses to more than one 32 KiB block', async () => {
+    // 48,000 random base64 characters in a comment: about 36 KB deflated, 48 K characters of
+    // URL, past one 0x8000-byte block (43,691 characters), where the decoder once split wrongly.
+    const noise = randomBytes(36000).toString('base64');
+    const manifest = `${EXAMPLES.find((e) => e.id === 'request-not-limit').manifest}\n# ${noise}\n`;
+    const url = await urlHolding(manifest);
+    assert.ok(new URL(url).hash.length > 43691, `the URL is only ${new URL(url).hash.length} characters`);
+    await restores(url, manifest);
   });
 
   test('works offline once loaded: a reload with the network gone still reviews', async () => {
