@@ -68,7 +68,7 @@ pub const RULES: &[Rule] = &[
 
 /// What `jumppod run` uses. It never creates ReplicaSets or namespaces and never reads nodes
 /// or Secrets: it watches, deletes finished pods and old Services, recreates Services, and
-/// reports through Events (events.k8s.io, which kube-rs' recorder writes: create, then patch
+/// reports through Events (events.k8s.io, written by `controller::events`: create, then patch
 /// for a repeated event's series).
 pub const CONTROLLER_RULES: &[Rule] = &[
     Rule {

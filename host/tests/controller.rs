@@ -320,6 +320,113 @@ async fn an_old_pod_that_finishes_has_its_service_switched_on_the_same_node_port
     done(&kube, ns).await;
 }
 
+/// The `reason` Events about `regarding` (a ReplicaSet's name) in `ns`.
+async fn events_of(kube: &Kube, ns: &str, regarding: &str, reason: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(kube.client.clone(), ns);
+    let Ok(list) = events.list(&Default::default()).await else {
+        return Vec::new();
+    };
+    list.items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
+        })
+        .collect()
+}
+
+/// Moves a Service's NodePort (as someone else than the controller would).
+async fn move_node_port(kube: &Kube, ns: &str, svc: &str, port: i32) {
+    let services: Api<Service> = Api::namespaced(kube.client.clone(), ns);
+    services
+        .patch(
+            svc,
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(
+                    json!([{"op": "replace", "path": "/spec/ports/0/nodePort", "value": port}]),
+                )
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+/// Issue 21 §8: an Event's series is keyed by its message too, as client-go's events library
+/// keys it. kube-runtime's Recorder left the message out: a second NodePortChanged on the same
+/// ReplicaSet within its series window was a PATCH of the first one's series, and the
+/// operator read the first move's ports for the second move. Here: a move, a move back (a
+/// different message: an Event of its own), and the first move again (the same message: the
+/// first Event's series, count 2, not a third Event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_message_is_an_event_of_its_own_and_a_repeated_one_is_a_series() {
+    let kube = admin().await;
+    let ns = "ctl-events";
+    namespace(&kube, ns).await;
+    grant_controller_rules(ns, &["user-8"]);
+    let controller = start(&user_kubeconfig("user-8"), ns, "a");
+    controller.leading().await;
+    upgrading_project(&kube, ns, "main", 30031).await;
+    let name = schema::jump_pod_name("main");
+    let svc = schema::service_name(&name);
+    // The controller has seen the Service on its first port: a move is a change to it.
+    wait_for("the project to be counted as upgrading", || async {
+        let (_, metrics) = controller.get("/metrics").await;
+        (metric(&metrics, "jumppod_projects{state=\"upgrading\"}")? == 1.0).then_some(())
+    })
+    .await;
+    let away = "from 30031 to 30032";
+    let back = "from 30032 to 30031";
+    let with = |events: &[Event], text: &str| -> Vec<Event> {
+        events
+            .iter()
+            .filter(|e| e.note.as_deref().is_some_and(|n| n.contains(text)))
+            .cloned()
+            .collect()
+    };
+
+    move_node_port(&kube, ns, &svc, 30032).await;
+    wait_for("the Event of the first move", || async {
+        let events = events_of(&kube, ns, &name, "NodePortChanged").await;
+        (!with(&events, away).is_empty()).then_some(())
+    })
+    .await;
+    move_node_port(&kube, ns, &svc, 30031).await;
+    let events = wait_for("an Event saying the port moved back", || async {
+        let events = events_of(&kube, ns, &name, "NodePortChanged").await;
+        (!with(&events, back).is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(
+        events.len(),
+        2,
+        "one Event per message: {events:#?}\nlog:\n{}",
+        controller.log()
+    );
+    assert_eq!(with(&events, away).len(), 1, "{events:#?}");
+
+    move_node_port(&kube, ns, &svc, 30032).await;
+    let events = wait_for("the first move's Event to count 2", || async {
+        let events = events_of(&kube, ns, &name, "NodePortChanged").await;
+        let first = with(&events, away);
+        let count = first.first()?.series.as_ref()?.count;
+        (count == 2).then_some(events)
+    })
+    .await;
+    assert_eq!(
+        events.len(),
+        2,
+        "the same message again is the first Event's series, not an Event of its own: {events:#?}"
+    );
+    assert_eq!(with(&events, back).len(), 1, "{events:#?}");
+    assert!(
+        with(&events, back)[0].series.is_none(),
+        "the move back happened once: {events:#?}"
+    );
+    done(&kube, ns).await;
+}
+
 /// §2: the scheduler's reason reaches the operator as a Warning Event on the ReplicaSet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_no_node_can_hold_yields_a_warning_event_with_the_schedulers_message() {

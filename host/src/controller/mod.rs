@@ -8,6 +8,7 @@
 //! only the holder of the Lease watches and writes ([`lease`]), and its writes pass a
 //! [`Fence`] that closes at the renew deadline by its own clock.
 
+pub mod events;
 pub mod index;
 pub mod lease;
 pub mod metrics;
@@ -21,7 +22,6 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use index::{Note, ProjectKey, SeenPort, Severity, State};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -390,7 +390,9 @@ struct Memory {
 struct Context {
     caches: Caches,
     write: Client,
-    recorder: Recorder,
+    reporter: events::Reporter,
+    /// Open Event series of this leadership term.
+    series: Mutex<events::Series>,
     template: RawConfig,
     metrics: Arc<Metrics>,
     timeout: Duration,
@@ -486,14 +488,15 @@ async fn control(
     };
     let context = Arc::new(Context {
         caches,
-        write: write.clone(),
-        recorder: Recorder::new(
-            write,
-            Reporter {
-                controller: CONTROLLER_NAME.into(),
-                instance: options.election.as_ref().map(|e| e.identity.clone()),
-            },
-        ),
+        write,
+        reporter: events::Reporter {
+            controller: CONTROLLER_NAME.into(),
+            instance: options
+                .election
+                .as_ref()
+                .map_or_else(|| CONTROLLER_NAME.into(), |e| e.identity.clone()),
+        },
+        series: Mutex::default(),
         template: options.template.clone(),
         metrics,
         timeout: options.reconcile_timeout,
@@ -714,22 +717,12 @@ async fn send(ctx: &Context, regarding: &ObjectReference, note: &Note) -> Result
         Severity::Warning => tracing::warn!(reason = note.reason, message = %note.message, "event"),
         Severity::Normal => tracing::info!(reason = note.reason, message = %note.message, "event"),
     }
-    let event = KubeEvent {
-        type_: match note.severity {
-            Severity::Normal => EventType::Normal,
-            Severity::Warning => EventType::Warning,
-        },
-        reason: note.reason.to_owned(),
-        note: Some(note.message.clone()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    ctx.recorder.publish(&event, regarding).await.map_err(|e| {
-        explain(
-            &Op::new("create", "events", regarding.namespace.as_deref(), None),
-            e,
-        )
-    })?;
+    let namespace = regarding.namespace.as_deref().unwrap_or("default");
+    let api = Api::namespaced(ctx.write.clone(), namespace);
+    let (name, verb) = events::write(&api, &ctx.series, &ctx.reporter, regarding, note)
+        .await
+        .map_err(|(verb, e)| explain(&Op::new(verb, "events", Some(namespace), None), e))?;
+    tracing::debug!(event = %name, verb, "event written");
     ctx.metrics.events.inc();
     Ok(())
 }
