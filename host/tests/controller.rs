@@ -585,7 +585,8 @@ async fn of_two_controllers_one_leads_and_the_other_takes_over_when_it_is_killed
 /// lease is deposed by the standby, and once resumed it writes nothing, though its caches
 /// hold work it would do as a leader (its project's pod finished while it was paused, and the
 /// new leader may not delete, so the work stays undone). Only its refused attempts at the
-/// Lease are allowed: the Lease stays the new leader's.
+/// Lease are allowed: the Lease stays the new leader's. And it no longer counts the projects
+/// in its metrics (issue 21 §9).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_paused_past_its_lease_writes_nothing_once_it_resumes() {
     let kube = admin().await;
@@ -605,6 +606,12 @@ async fn a_leader_paused_past_its_lease_writes_nothing_once_it_resumes() {
     let b = start(&user_kubeconfig("user-4"), ns, "b");
     b.standing_by().await;
     upgrading_project(&kube, ns, "main", 30004).await;
+    // a counts the project before it is paused: what it must stop counting once deposed.
+    wait_for("a to count the project", || async {
+        let (_, metrics) = a.get("/metrics").await;
+        (metric(&metrics, "jumppod_projects{state=\"upgrading\"}")? == 1.0).then_some(())
+    })
+    .await;
 
     a.signal("-STOP");
     // The pod finishes while a is paused: a's watches hold the news for when it wakes.
@@ -663,8 +670,13 @@ async fn a_leader_paused_past_its_lease_writes_nothing_once_it_resumes() {
         None,
         "the work a found on waking is still undone"
     );
+    // Issue 21 §9: a standby counts no project (b, the leader, counts them now).
     let (_, metrics) = a.get("/metrics").await;
     assert_eq!(metric(&metrics, "jumppod_leader"), Some(0.0), "{metrics}");
+    for state in jumppod_host::controller::index::State::ALL {
+        let gauge = format!("jumppod_projects{{state=\"{}\"}}", state.as_str());
+        assert_eq!(metric(&metrics, &gauge), Some(0.0), "{gauge}: {metrics}");
+    }
     done(&kube, ns).await;
 }
 

@@ -16,7 +16,7 @@ use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One project's jump pod: its namespace and `dstack-<project>-ssh-jump-pod`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -217,6 +217,50 @@ fn state_of(observed: &Observed, findings: &[Finding]) -> State {
         State::Ready
     } else {
         State::Pending
+    }
+}
+
+/// Whether nothing of the project is left in the caches: no ReplicaSet, Service or pod.
+pub fn gone(observed: &Observed) -> bool {
+    observed.replicaset.is_none()
+        && observed.service.is_none()
+        && observed.bare_pod.is_none()
+        && observed.pods.is_empty()
+}
+
+/// The projects the controller counts, and how each stands: what the `jumppod_projects` gauge
+/// says. A project leaves it only when a reconcile finds it [`gone`].
+#[derive(Debug, Default)]
+pub struct Projects(BTreeMap<ProjectKey, State>);
+
+impl Projects {
+    /// A reconcile's outcome: the project's state, or None when it is gone.
+    pub fn record(&mut self, key: &ProjectKey, state: Option<State>) {
+        match state {
+            Some(state) => self.0.insert(key.clone(), state),
+            None => self.0.remove(key),
+        };
+    }
+
+    /// What to reconcile once a watch has listed again (at start, or after its watch expired
+    /// or failed): every project the caches hold, and every project counted that they no
+    /// longer hold. kube-runtime's watcher sends no delete for an object that vanished while
+    /// it was not watching (client-go's informer makes a `DeletedFinalStateUnknown` for it;
+    /// kube-runtime's reflector only swaps its store), so without a reconcile of its own
+    /// such a project would stay counted for good.
+    pub fn relisted(&self, cached: BTreeSet<ProjectKey>) -> BTreeSet<ProjectKey> {
+        let mut keys = cached;
+        keys.extend(self.0.keys().cloned());
+        keys
+    }
+
+    /// Projects by state, every state present (zeros too).
+    pub fn counts(&self) -> BTreeMap<State, i64> {
+        let mut counts: BTreeMap<State, i64> = State::ALL.iter().map(|s| (*s, 0)).collect();
+        for state in self.0.values() {
+            *counts.entry(*state).or_default() += 1;
+        }
+        counts
     }
 }
 

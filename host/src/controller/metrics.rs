@@ -111,10 +111,15 @@ impl Metrics {
         }
     }
 
+    /// A replica that does not lead counts no project: its last term's counts are not true
+    /// any more (the new leader's are), and two replicas summed would count them twice.
     pub fn set_role(&self, role: Role) {
         self.role.store(role as u8, Ordering::Relaxed);
-        self.leader
-            .set(i64::from(matches!(role, Role::Syncing | Role::Leading)));
+        let leads = matches!(role, Role::Syncing | Role::Leading);
+        self.leader.set(i64::from(leads));
+        if !leads {
+            self.set_projects(&BTreeMap::new());
+        }
     }
 
     pub fn role(&self) -> Role {
@@ -271,5 +276,23 @@ mod tests {
                 "{line} missing in:\n{text}"
             );
         }
+    }
+
+    /// Issue 21 §9: a leader deposed (or cut off from the API) stops counting projects.
+    #[tokio::test]
+    async fn a_replica_that_stands_by_counts_no_project() {
+        let m = Metrics::new();
+        m.set_role(Role::Leading);
+        m.set_projects(&BTreeMap::from([(State::Ready, 3), (State::Degraded, 1)]));
+        m.set_role(Role::Standby);
+        let (_, text) = body(answer(&m, "/metrics")).await;
+        for state in State::ALL {
+            let line = format!("jumppod_projects{{state=\"{}\"}} 0", state.as_str());
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
+        assert!(text.lines().any(|l| l == "jumppod_leader 0"), "{text}");
     }
 }

@@ -19,7 +19,7 @@ use crate::config::RawConfig;
 use crate::error::HostError;
 use crate::plan::Observed;
 use futures::{Stream, StreamExt, TryStreamExt};
-use index::{Note, ProjectKey, SeenPort, Severity, State};
+use index::{Note, ProjectKey, Projects, SeenPort, Severity, State};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -27,7 +27,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use lease::{Elector, Look, Timing};
 use metrics::{ActionLabel, Metrics, ResultLabel, Role};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -516,7 +516,7 @@ async fn work(
     let mut running: BTreeSet<ProjectKey> = BTreeSet::new();
     let mut again: BTreeSet<ProjectKey> = BTreeSet::new();
     let mut memory: HashMap<ProjectKey, Memory> = HashMap::new();
-    let mut states: HashMap<ProjectKey, State> = HashMap::new();
+    let mut projects = Projects::default();
     let mut tasks: JoinSet<(ProjectKey, Memory, Result<Option<State>, HostError>)> = JoinSet::new();
     loop {
         while running.len() < options.concurrency.max(1) {
@@ -551,7 +551,7 @@ async fn work(
                     Trigger::Project(key) => enqueue(key, false),
                     Trigger::Retry(key) => enqueue(key, true),
                     Trigger::All => {
-                        for key in ctx.caches.keys() {
+                        for key in projects.relisted(ctx.caches.keys()) {
                             enqueue(key, false);
                         }
                     }
@@ -563,13 +563,10 @@ async fn work(
                 match result {
                     Ok(Some(state)) => {
                         mem.failures = 0;
-                        states.insert(key.clone(), state);
+                        projects.record(&key, Some(state));
                         memory.insert(key.clone(), mem);
                     }
-                    Ok(None) => {
-                        // Nothing of the project is left.
-                        states.remove(&key);
-                    }
+                    Ok(None) => projects.record(&key, None),
                     Err(e) => {
                         mem.failures += 1;
                         let delay = backoff(options.backoff, options.max_backoff, mem.failures);
@@ -589,11 +586,7 @@ async fn work(
                 if again.remove(&key) {
                     pending.insert(key);
                 }
-                let mut counts: BTreeMap<State, i64> = BTreeMap::new();
-                for state in states.values() {
-                    *counts.entry(*state).or_default() += 1;
-                }
-                ctx.metrics.set_projects(&counts);
+                ctx.metrics.set_projects(&projects.counts());
             }
         }
     }
@@ -616,11 +609,7 @@ async fn reconcile(
 ) -> (Memory, Result<Option<State>, HostError>) {
     let started = Instant::now();
     let observed = ctx.caches.observed(key);
-    if observed.replicaset.is_none()
-        && observed.service.is_none()
-        && observed.bare_pod.is_none()
-        && observed.pods.is_empty()
-    {
+    if index::gone(&observed) {
         return (mem, Ok(None));
     }
     let result = async {

@@ -202,3 +202,44 @@ fn the_cache_keeps_no_pod_spec_and_no_managed_fields() {
     assert!(pod.spec.is_none() && pod.metadata.managed_fields.is_none());
     assert_eq!(ProjectKey::of_pod(&pod), vec![key()], "what decides stays");
 }
+
+fn project(name: &str) -> ProjectKey {
+    ProjectKey::of_name("dstack", &format!("dstack-{name}-ssh-jump-pod")).unwrap()
+}
+
+/// Issue 21 §9: a project whose objects all vanished while a watch was restarting (no delete
+/// comes for them) is reconciled after the relist, found gone and no longer counted; the
+/// projects the caches hold are reconciled as before.
+#[test]
+fn a_relist_reconciles_the_projects_it_no_longer_holds_and_they_stop_being_counted() {
+    let mut projects = Projects::default();
+    projects.record(&project("kept"), Some(State::Ready));
+    projects.record(&project("vanished"), Some(State::Degraded));
+    let cached = BTreeSet::from([project("kept"), project("new")]);
+    assert_eq!(
+        projects.relisted(cached),
+        BTreeSet::from([project("kept"), project("new"), project("vanished")])
+    );
+    // What the caches hold of the vanished project after the relist: nothing.
+    let vanished = observed(&project("vanished"), None, None, std::iter::empty());
+    assert!(gone(&vanished));
+    projects.record(&project("vanished"), None);
+    projects.record(&project("new"), Some(State::Pending));
+    let counts = projects.counts();
+    assert_eq!(counts[&State::Ready], 1);
+    assert_eq!(counts[&State::Pending], 1);
+    assert_eq!(counts[&State::Degraded], 0, "{counts:?}");
+    assert_eq!(counts.values().sum::<i64>(), 2);
+}
+
+#[rstest]
+#[case::a_replicaset(Some(rs(1)), None, vec![])]
+#[case::a_service(None, Some(current_svc(31022)), vec![])]
+#[case::a_pod(None, None, vec![ready_pod()])]
+fn a_project_with_any_object_left_is_not_gone(
+    #[case] rs: Option<ReplicaSet>,
+    #[case] svc: Option<Service>,
+    #[case] pods: Vec<Pod>,
+) {
+    assert!(!gone(&observed(&key(), rs, svc, pods.iter())));
+}
