@@ -75,7 +75,7 @@ no-wasm:
 ## lint: formatting and clippy, warnings are errors
 lint: setup
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --features jumppod-host/real-cluster,jumppod-e2e/real-cluster -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features jumppod-host/real-node,jumppod-e2e/real-cluster -- -D warnings
 
 ## unit: every test of the workspace, the host's against the simulator and against the real
 ## control plane (started once, around the whole run; tests/real_cluster.rs needs it), then
@@ -87,7 +87,7 @@ unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE)
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
-test: policy lint controlplane-check real-node-check unit web-test
+test: policy lint controlplane-check real-node-check unit real-node-scenarios web-test
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 ## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
@@ -158,6 +158,14 @@ real-node-images: real-node-deps $(CONTROLPLANE)
 real-node-check: real-node-deps real-node-images
 	cd controlplane && JUMPPOD_REAL_NODE_IMAGES=$(REAL_NODE_IMAGES) CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 \
 	  go test -tags realnode -run TestRealNodes -count=1 -v -timeout 15m .
+
+## real-node-scenarios: the host's own scenarios on real nodes (host/tests/real_node.rs): the
+## ReplicaSet `ensure` creates, its pod's sshd reached by OpenSSH through the NodePort, evicted
+## and reached again; inside a control plane of its own with 2 real nodes
+real-node-scenarios: real-node-deps real-node-images sshd $(CONTROLPLANE)
+	nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --real-node-images $(REAL_NODE_IMAGES) \
+	  --dir $(TARGET_DIR)/controlplane/real-node -- \
+	  $(CARGO) test -p jumppod-host --features real-node --test real_node -- --nocapture
 
 ## cluster-up: the control plane in the foreground, files in target/controlplane/run (Ctrl-C stops it)
 cluster-up: $(CONTROLPLANE)
