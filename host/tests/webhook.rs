@@ -346,3 +346,43 @@ async fn invalid_settings_stop_it_at_start() {
         "{stderr}"
     );
 }
+
+const LEGACY_UID: &str = "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41";
+
+/// The body limit is controller-runtime's 7 MiB (an object and an oldObject of up to 3 MiB
+/// each, and the review around them): a review just under it gets the module's answer; one
+/// byte past it is refused with code 400 under the uid read from its front, since an answer
+/// without the uid makes the API server count the call as failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_of_7_mib_is_reviewed_and_a_longer_one_refused_under_its_uid() {
+    const LIMIT: usize = 7 * 1024 * 1024;
+    let webhook = Webhook::start(&policy_wasm()).await;
+    let mut review: Value =
+        serde_json::from_str(&fixture("admission_review_legacy_bare_pod_create.json")).unwrap();
+    let size = review.to_string().len();
+    review["request"]["object"]["metadata"]["annotations"] =
+        json!({"padding": "x".repeat(LIMIT - size - 64)});
+    let body = review.to_string();
+    assert!(
+        body.len() > 6 * 1024 * 1024 && body.len() <= LIMIT,
+        "{}",
+        body.len()
+    );
+    let answer = webhook.review(&body).await;
+    let response = &answer["response"];
+    assert_eq!(response["uid"], LEGACY_UID, "{}", response["status"]);
+    assert_eq!(response["allowed"], true, "{}", response["status"]);
+    assert!(response.get("patch").is_some(), "the module's patch");
+
+    let front = r#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"past-the-limit","object":{"metadata":{"annotations":{"padding":""#;
+    let body = format!("{front}{}", "x".repeat(LIMIT + 1 - front.len()));
+    let answer = webhook.review(&body).await;
+    let response = &answer["response"];
+    assert_eq!(response["uid"], "past-the-limit", "{response}");
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 400, "{response}");
+    assert_eq!(
+        response["status"]["message"],
+        "jumppod webhook: cannot read the body: it is longer than 7340032 bytes (7 MiB)"
+    );
+}

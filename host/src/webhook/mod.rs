@@ -7,6 +7,7 @@
 //! policy call); [`serve`] is the TLS and HTTP around it. Every body gets an AdmissionReview
 //! back, a bad one with a message saying what is wrong, never a dropped connection.
 
+mod answer;
 mod configuration;
 mod serve;
 
@@ -27,7 +28,7 @@ pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
     let document: Result<Value, _> = serde_json::from_slice(body);
     let response = match &document {
         Err(e) => refuse(
-            &json!(""),
+            &json!(answer::request_uid(body).unwrap_or_default()),
             400,
             format!("jumppod webhook: the body is not JSON: {e}"),
         ),
@@ -45,7 +46,7 @@ pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
                         && uid.as_str().is_some_and(|u| !u.is_empty()) =>
                 {
                     match policy.validate(request, settings) {
-                        Ok(answer) => admission_response(request, &answer),
+                        Ok(answer) => fitted(admission_response(request, &answer)),
                         Err(e) => refuse(
                             &uid,
                             500,
@@ -66,6 +67,16 @@ pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
         }
     };
     envelope(response)
+}
+
+/// The answer with its warnings cut to what the API server keeps whole.
+fn fitted(mut response: Value) -> Value {
+    if let Some(warnings) = response.get_mut("warnings")
+        && let Ok(list) = serde_json::from_value::<Vec<String>>(warnings.clone())
+    {
+        *warnings = json!(answer::fit_warnings(&list));
+    }
+    response
 }
 
 /// A refusal: allowed false, with the code and what is wrong.
@@ -113,6 +124,22 @@ mod tests {
         assert_eq!(response["status"]["code"], 400);
         let message = response["status"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{message}");
+    }
+
+    /// Every refusal names the call it answers when the body has a uid before it breaks: the
+    /// API server counts an answer with an empty uid as a failed call.
+    #[rstest]
+    #[case::broken_json_after_the_uid(
+        br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u-1","object":{"#.as_slice(),
+        "u-1")]
+    #[case::another_version(
+        br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"u-2"}}"#.as_slice(),
+        "u-2")]
+    #[case::broken_json_before_any_uid(b"{not json".as_slice(), "")]
+    fn a_refusal_echoes_the_uid_it_can_find(#[case] body: &[u8], #[case] uid: &str) {
+        let response = answer(body);
+        assert_eq!(response["allowed"], false);
+        assert_eq!(response["uid"], uid, "{response}");
     }
 
     /// A bare AdmissionRequest of policy/test_data as the API server sends it: in a review.
@@ -171,10 +198,15 @@ mod tests {
         include_str!("../../../policy/test_data/replicaset_besteffort_template_create.json"),
         json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": false, "status": {"message": format!(
             "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract: {BEST_EFFORT}")}}))]
-    #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning(
+    // The policy's one warning of 439 characters, as one per finding: the API server may cut
+    // a warning past 256 characters.
+    #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning_per_finding(
         include_str!("../../../policy/test_data/legacy_pod_adoption_update.json"),
-        json!({"uid": "4a7d0c3f-6e9b-4b2e-a5d8-1c4f7a0d3e66", "allowed": true, "warnings": [format!(
-            "jump pod \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract (accepted: its resources did not change): {BEST_EFFORT}")]}))]
+        json!({"uid": "4a7d0c3f-6e9b-4b2e-a5d8-1c4f7a0d3e66", "allowed": true, "warnings": [
+            "jump pod \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract (accepted: its resources did not change): \
+             container \"dstack-main-ssh-jump-pod-container\": cpu has no request and no limit (Guaranteed QoS needs both, equal)",
+            "container \"dstack-main-ssh-jump-pod-container\": memory has no request and no limit (Guaranteed QoS needs both, equal)",
+            "container \"dstack-main-ssh-jump-pod-container\": ephemeral-storage request is missing (at least 64Mi is required)"]}))]
     fn a_request_gets_the_policys_verdict_under_its_uid(
         #[case] request: &str,
         #[case] expected: Value,

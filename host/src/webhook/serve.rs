@@ -5,7 +5,7 @@ use super::{PATH, envelope, refuse, review};
 use crate::config::ConfigError;
 use crate::error::HostError;
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use jumppod_review::Policy;
@@ -16,8 +16,10 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio_rustls::rustls;
 
-/// The API server sends at most 3 MiB of object; a body past this is refused with a message.
-const MAX_BODY: usize = 6 * 1024 * 1024;
+/// The API server sends an object and an oldObject of up to 3 MiB each (etcd's request limit):
+/// a body up to 7 MiB is read, as controller-runtime's webhook server reads it; past that it
+/// is refused, under the uid read from its front.
+pub const MAX_BODY: usize = 7 * 1024 * 1024;
 
 /// How the webhook runs.
 pub struct Options {
@@ -132,6 +134,26 @@ pub async fn serve(
     }
 }
 
+/// The whole body, or its first [`MAX_BODY`] bytes and why it was not read to the end.
+async fn read_body(mut body: Incoming) -> Result<Bytes, (Bytes, String)> {
+    let mut read = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| (read.clone().freeze(), e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if read.len() + data.len() > MAX_BODY {
+            read.extend_from_slice(&data[..MAX_BODY - read.len()]);
+            return Err((
+                read.freeze(),
+                format!("it is longer than {MAX_BODY} bytes (7 MiB)"),
+            ));
+        }
+        read.extend_from_slice(&data);
+    }
+    Ok(read.freeze())
+}
+
 async fn handle(
     req: Request<Incoming>,
     policy: &Arc<dyn Policy>,
@@ -150,29 +172,30 @@ async fn handle(
         }
         (&Method::POST, PATH) => {
             let started = Instant::now();
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(body) => body.to_bytes(),
-                Err(e) => {
+            let body = match read_body(req.into_body()).await {
+                Ok(body) => body,
+                Err((front, problem)) => {
+                    let uid = super::answer::request_uid(&front).unwrap_or_default();
                     let answer = envelope(refuse(
-                        &json!(""),
+                        &json!(uid),
                         400,
-                        format!(
-                            "jumppod webhook: cannot read the body (at most {MAX_BODY} bytes): {e}"
-                        ),
+                        format!("jumppod webhook: cannot read the body: {problem}"),
                     ));
+                    tracing::warn!(%uid, %problem, "refused a body it cannot read");
                     let body = serde_json::to_vec(&answer).unwrap_or_default();
                     return reply(StatusCode::OK, "application/json", body);
                 }
             };
             let (policy, settings) = (policy.clone(), settings.clone());
+            let uid = super::answer::request_uid(&body).unwrap_or_default();
             // wasmtime runs synchronously: off the reactor, on the blocking pool.
             let review =
                 tokio::task::spawn_blocking(move || review(policy.as_ref(), &settings, &body))
                     .await
                     .unwrap_or_else(|e| {
                         envelope(refuse(
-                            &json!(""),
-                            400,
+                            &json!(uid),
+                            500,
                             format!("jumppod webhook: the evaluation panicked: {e}"),
                         ))
                     });
