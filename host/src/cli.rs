@@ -160,7 +160,9 @@ pub enum Command {
         /// Serving certificate chain (PEM); its SANs must name the address the API server uses.
         #[arg(long, value_name = "FILE")]
         tls_cert: PathBuf,
-        /// The certificate's private key (PEM: PKCS#8, SEC1 or RSA).
+        /// The certificate's private key (PEM: PKCS#8, SEC1 or RSA). Both files are read again
+        /// on the first TLS handshake after either changes (a pair that does not load is
+        /// logged, the previous one kept).
         #[arg(long, value_name = "FILE")]
         tls_key: PathBuf,
         #[command(flatten)]

@@ -74,21 +74,92 @@ fn command(args: &[&str]) -> tokio::process::Command {
 struct Webhook {
     _child: tokio::process::Child,
     addr: String,
+    log: Log,
 }
 
-impl Webhook {
-    /// Started on a free port of 127.0.0.1 with the test pair; returns once it says where it
-    /// serves.
-    async fn start(policy: &str) -> Webhook {
-        let (cert, key) = (tls("tls.crt"), tls("tls.key"));
-        let mut child = command(&["--listen", "127.0.0.1:0", "--policy", policy])
+/// The webhook's stderr (its log, jumppod's own lines at debug), line by line: read on in a
+/// task, so the webhook never blocks on a full pipe.
+struct Log {
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    seen: Vec<String>,
+}
+
+impl Log {
+    fn of(child: &mut tokio::process::Child) -> Log {
+        let stderr = child.stderr.take().expect("stderr piped");
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut stderr = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = stderr.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+        Log {
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first line from now on that contains `text` (bounded).
+    async fn wait_for(&mut self, text: &str) -> String {
+        let found = tokio::time::timeout(ANSWER, async {
+            while let Some(line) = self.lines.recv().await {
+                self.seen.push(line.clone());
+                if line.contains(text) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!("stderr ended without {text:?}:\n{}", self.seen.join("\n")),
+            Err(_) => panic!(
+                "no {text:?} on stderr within {ANSWER:?}:\n{}",
+                self.seen.join("\n")
+            ),
+        }
+    }
+}
+
+/// How a test starts the webhook: the module, the serving pair, more flags.
+struct Start<'a> {
+    policy: &'a str,
+    cert: PathBuf,
+    key: PathBuf,
+    args: &'a [&'a str],
+}
+
+impl<'a> Start<'a> {
+    fn new(policy: &'a str) -> Start<'a> {
+        Start {
+            policy,
+            cert: tls("tls.crt"),
+            key: tls("tls.key"),
+            args: &[],
+        }
+    }
+
+    fn spawn(&self) -> (tokio::process::Child, Log) {
+        let mut child = command(&["--listen", "127.0.0.1:0", "--policy", self.policy])
+            .args(self.args)
             .arg("--tls-cert")
-            .arg(cert)
+            .arg(&self.cert)
             .arg("--tls-key")
-            .arg(key)
+            .arg(&self.key)
+            .env("RUST_LOG", "warn,jumppod_host=debug")
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("run jumppod webhook");
+        let log = Log::of(&mut child);
+        (child, log)
+    }
+
+    /// Returns once the webhook says it serves (the module compiled, the settings accepted).
+    async fn start(self) -> Webhook {
+        let (mut child, log) = self.spawn();
         let mut line = String::new();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         tokio::time::timeout(START, stdout.read_line(&mut line))
@@ -104,53 +175,133 @@ impl Webhook {
         Webhook {
             _child: child,
             addr,
+            log,
         }
     }
+}
 
-    /// One HTTPS request, trusting only tests/tls/ca.crt for 127.0.0.1: the status code and
-    /// the body.
-    async fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
-        let exchange = async {
-            let mut roots = rustls::RootCertStore::empty();
-            let ca = std::fs::read(tls("ca.crt")).unwrap();
-            for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
-                roots.add(cert.unwrap()).unwrap();
+/// A client trusting only tests/tls/ca.crt and rotated-ca.crt, for 127.0.0.1.
+fn client() -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in ["ca.crt", "rotated-ca.crt"] {
+        let ca = std::fs::read(tls(ca)).unwrap();
+        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+type Session = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// A TLS session with the webhook at `addr`, and the certificate it served (DER).
+async fn connect(addr: &str) -> (Session, Vec<u8>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let session = tokio::time::timeout(ANSWER, client().connect(name, tcp))
+        .await
+        .unwrap_or_else(|_| panic!("no TLS handshake within {ANSWER:?}"))
+        .expect("a TLS session with a certificate tests/tls's CAs signed");
+    let served = session
+        .get_ref()
+        .1
+        .peer_certificates()
+        .expect("a certificate")[0]
+        .to_vec();
+    (session, served)
+}
+
+/// The first certificate of a PEM file (DER).
+fn certificate(path: &std::path::Path) -> Vec<u8> {
+    let pem = std::fs::read(path).unwrap();
+    rustls::pki_types::pem::PemObject::pem_slice_iter(&pem)
+        .next()
+        .map(|cert: Result<rustls::pki_types::CertificateDer, _>| cert.unwrap().to_vec())
+        .expect("a certificate")
+}
+
+/// One request on an open session, kept alive: the status code and the body (read by its
+/// Content-Length).
+async fn ask(session: &mut Session, method: &str, path: &str, body: &str) -> (u16, String) {
+    let exchange = async {
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        session.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let n = session.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the connection closed mid-answer");
+            answer.extend_from_slice(&buffer[..n]);
+            let text = String::from_utf8_lossy(&answer);
+            if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(str::to_owned)
+                    })
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no Content-Length in {head:?}"));
+                if rest.len() >= length {
+                    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap();
+                    return (status, rest[..length].to_owned());
+                }
             }
-            let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-            let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
-            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-            let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-                .connect(name, tcp)
-                .await
-                .expect("a TLS session with the certificate tests/tls/ca.crt signed");
-            let request = format!(
-                "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                self.addr,
-                body.len()
-            );
-            tls.write_all(request.as_bytes()).await.unwrap();
-            let mut answer = String::new();
-            tls.read_to_string(&mut answer).await.unwrap();
-            answer
-        };
-        let answer = tokio::time::timeout(ANSWER, exchange)
-            .await
-            .unwrap_or_else(|_| panic!("no answer to {method} {path} within {ANSWER:?}"));
-        let (head, body) = answer
-            .split_once("\r\n\r\n")
-            .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or_else(|| panic!("no status code in {head:?}"));
-        (status, body.to_owned())
+        }
+    };
+    tokio::time::timeout(ANSWER, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {method} {path} within {ANSWER:?}"))
+}
+
+/// One HTTPS request on a connection of its own (`Connection: close`): the status code and
+/// the body.
+async fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let exchange = async {
+        let (mut tls, _) = connect(addr).await;
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tls.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    let answer = tokio::time::timeout(ANSWER, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {method} {path} within {ANSWER:?}"));
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status code in {head:?}"));
+    (status, body.to_owned())
+}
+
+impl Webhook {
+    /// Started on a free port of 127.0.0.1 with the test pair; returns once it says where it
+    /// serves.
+    async fn start(policy: &str) -> Webhook {
+        Start::new(policy).start().await
+    }
+
+    async fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        request(&self.addr, method, path, body).await
     }
 
     async fn review(&self, body: &str) -> Value {
@@ -347,6 +498,22 @@ async fn invalid_settings_stop_it_at_start() {
     );
 }
 
+/// A directory of this test's own under the system's temporary directory, emptied.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("jumppod-webhook-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `to` replaced by a copy of `from` at once (a new file renamed over it), as cert-manager's
+/// and the kubelet's writes replace a Secret's files.
+fn replace(from: &std::path::Path, to: &std::path::Path) {
+    let next = to.with_extension("next");
+    std::fs::copy(from, &next).unwrap();
+    std::fs::rename(&next, to).unwrap();
+}
+
 const LEGACY_UID: &str = "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41";
 
 /// The body limit is controller-runtime's 7 MiB (an object and an oldObject of up to 3 MiB
@@ -385,4 +552,85 @@ async fn a_body_of_7_mib_is_reviewed_and_a_longer_one_refused_under_its_uid() {
         response["status"]["message"],
         "jumppod webhook: cannot read the body: it is longer than 7340032 bytes (7 MiB)"
     );
+}
+
+/// The serving pair replaced in place (as cert-manager rotates it) is served from the next
+/// handshake on, without a restart; a connection opened before keeps its session and goes on
+/// answering. A pair that does not load on the way (a certificate half written, a key of
+/// another certificate) keeps the previous one served, with a warning naming the flag, the
+/// file and the problem. The files are compared on every handshake, so the handshake right
+/// after a change already sees it: no polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_open_connections_go_on() {
+    let dir = scratch("rotation");
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::copy(tls("tls.crt"), &cert).unwrap();
+    std::fs::copy(tls("tls.key"), &key).unwrap();
+    let mut webhook = Start {
+        cert: cert.clone(),
+        key: key.clone(),
+        ..Start::new(&spin_wasm())
+    }
+    .start()
+    .await;
+    let (a, b) = (
+        certificate(&tls("tls.crt")),
+        certificate(&tls("rotated.crt")),
+    );
+    let (mut before, served) = connect(&webhook.addr).await;
+    assert_eq!(served, a, "the pair it started with");
+    assert_eq!(
+        ask(&mut before, "GET", "/healthz", "").await,
+        (200, "ok\n".to_owned())
+    );
+
+    // A writer not done yet: half of the new certificate.
+    let rotated = std::fs::read(tls("rotated.crt")).unwrap();
+    std::fs::write(&cert, &rotated[..rotated.len() / 2]).unwrap();
+    assert_eq!(
+        connect(&webhook.addr).await.1,
+        a,
+        "a half-written certificate"
+    );
+    let warning = webhook.log.wait_for("does not load").await;
+    assert!(
+        warning.contains("flag=--tls-cert")
+            && warning.contains(&format!("file={}", cert.display()))
+            && warning.contains("problem="),
+        "{warning}"
+    );
+
+    // The new certificate, the old key.
+    replace(&tls("rotated.crt"), &cert);
+    assert_eq!(
+        connect(&webhook.addr).await.1,
+        a,
+        "a key of another certificate"
+    );
+    let warning = webhook.log.wait_for("does not load").await;
+    assert!(
+        warning.contains("flag=--tls-key")
+            && warning.contains(&format!("file={}", key.display()))
+            && warning.contains("does not fit the certificate"),
+        "{warning}"
+    );
+
+    replace(&tls("rotated.key"), &key);
+    let (mut after, served) = connect(&webhook.addr).await;
+    assert_eq!(served, b, "the rotated pair, from the next handshake on");
+    webhook.log.wait_for("serving certificate reloaded").await;
+    assert_eq!(
+        ask(&mut after, "GET", "/healthz", "").await,
+        (200, "ok\n".to_owned())
+    );
+    assert_eq!(
+        ask(&mut before, "GET", "/healthz", "").await,
+        (200, "ok\n".to_owned()),
+        "the connection opened before the rotation goes on"
+    );
+    assert_eq!(
+        before.get_ref().1.peer_certificates().unwrap()[0].to_vec(),
+        a
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -9,6 +9,7 @@
 
 mod answer;
 mod configuration;
+mod reload;
 mod serve;
 
 pub use configuration::{Endpoint, configuration};

@@ -1,6 +1,7 @@
 //! The TLS and HTTP around [`super::review`]: the serving certificate, the listener, the
 //! routes (`POST /mutate`, `/healthz`, `/readyz`).
 
+use super::reload::Reloading;
 use super::{PATH, envelope, refuse, review};
 use crate::config::ConfigError;
 use crate::error::HostError;
@@ -30,45 +31,20 @@ pub struct Options {
     pub settings: Value,
 }
 
-/// The TLS configuration from PEM files: the serving chain and its key (PKCS#8, SEC1 or RSA).
+/// The TLS configuration from PEM files: the serving chain and its key (PKCS#8, SEC1 or RSA),
+/// read again on a handshake after they change ([`Reloading`]).
 pub fn tls(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, HostError> {
-    use rustls::pki_types::pem::PemObject as _;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let bad = |field: &str, path: &Path, problem: String| ConfigError {
-        field: field.into(),
-        value: path.display().to_string(),
-        problem,
-    };
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| {
-            bad(
-                "--tls-cert",
-                cert,
-                format!("cannot read a PEM certificate: {e}"),
-            )
-        })?;
-    if chain.is_empty() {
-        return Err(bad("--tls-cert", cert, "holds no certificate".into()).into());
-    }
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-        bad(
-            "--tls-key",
-            key,
-            format!("cannot read a PEM private key: {e}"),
-        )
-    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let pair = Reloading::new(cert, key, provider.clone())?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key_der))
-        .map_err(|e| {
-            bad(
-                "--tls-key",
-                key,
-                format!("does not fit the certificate: {e}"),
-            )
-        })?;
+        .map_err(|e| ConfigError {
+            field: "--tls-key".into(),
+            value: key.display().to_string(),
+            problem: e.to_string(),
+        })?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(pair));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }

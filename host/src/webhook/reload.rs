@@ -1,0 +1,149 @@
+//! The serving certificate, read again when its files change: cert-manager and the kubelet
+//! (a Secret volume) replace them in place, and policy-server and controller-runtime pick the
+//! new pair up without a restart.
+//!
+//! The check runs on each TLS handshake, not on a timer: two `stat`s per handshake (the files'
+//! size, modification time and inode, which a kubelet's symlink swap changes too), no task to
+//! run beside the server, and the first handshake after a change already gets the new pair.
+//! Connections already open keep the session they made. A pair that does not load (a file
+//! half written, a key of another certificate) leaves the previous one served, with a warning
+//! naming the file and the problem, once per change of the files.
+
+use crate::config::ConfigError;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::crypto::CryptoProvider;
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
+
+/// The current pair of `--tls-cert` and `--tls-key`, as rustls asks for it.
+#[derive(Debug)]
+pub struct Reloading {
+    cert: PathBuf,
+    key: PathBuf,
+    provider: Arc<CryptoProvider>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    serving: Arc<CertifiedKey>,
+    /// The files as they were last read (whether that read loaded a pair or not).
+    seen: Stamp,
+}
+
+/// What changes when a file is rewritten or replaced: its size, modification time (ns on
+/// Linux), and on Unix its device and inode (a rename or a symlink swap).
+type Stamp = [Option<(u64, Option<std::time::SystemTime>, (u64, u64))>; 2];
+
+fn stamp(cert: &Path, key: &Path) -> Stamp {
+    [cert, key].map(|path| {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.len(), m.modified().ok(), identity(&m)))
+    })
+}
+
+#[cfg(unix)]
+fn identity(m: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    (m.dev(), m.ino())
+}
+
+#[cfg(not(unix))]
+fn identity(_: &std::fs::Metadata) -> (u64, u64) {
+    (0, 0)
+}
+
+impl Reloading {
+    /// The pair as it is now; an error (naming the flag, the file and the problem) if it does
+    /// not load: at start there is nothing to fall back on.
+    pub fn new(
+        cert: &Path,
+        key: &Path,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Reloading, ConfigError> {
+        let seen = stamp(cert, key);
+        let serving = Arc::new(load(cert, key, &provider)?);
+        Ok(Reloading {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            provider,
+            state: Mutex::new(State { serving, seen }),
+        })
+    }
+
+    /// The pair to serve: read again first if the files changed since they were last read.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        let now = stamp(&self.cert, &self.key);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if now != state.seen {
+            state.seen = now;
+            match load(&self.cert, &self.key, &self.provider) {
+                Ok(pair) => {
+                    state.serving = Arc::new(pair);
+                    tracing::info!(
+                        cert = %self.cert.display(),
+                        key = %self.key.display(),
+                        "serving certificate reloaded"
+                    );
+                }
+                Err(e) => tracing::warn!(
+                    flag = %e.field,
+                    file = %e.value,
+                    problem = %e.problem,
+                    "the changed serving pair does not load; still serving the previous one"
+                ),
+            }
+        }
+        state.serving.clone()
+    }
+}
+
+impl ResolvesServerCert for Reloading {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// The serving chain and its key (PKCS#8, SEC1 or RSA), checked to be a pair.
+pub fn load(
+    cert: &Path,
+    key: &Path,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, ConfigError> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |field: &str, path: &Path, problem: String| ConfigError {
+        field: field.into(),
+        value: path.display().to_string(),
+        problem,
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| {
+            bad(
+                "--tls-cert",
+                cert,
+                format!("cannot read a PEM certificate: {e}"),
+            )
+        })?;
+    if chain.is_empty() {
+        return Err(bad("--tls-cert", cert, "holds no certificate".into()));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        bad(
+            "--tls-key",
+            key,
+            format!("cannot read a PEM private key: {e}"),
+        )
+    })?;
+    CertifiedKey::from_der(chain, key_der, provider).map_err(|e| {
+        bad(
+            "--tls-key",
+            key,
+            format!("does not fit the certificate: {e}"),
+        )
+    })
+}
