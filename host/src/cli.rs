@@ -165,6 +165,12 @@ pub enum Command {
         /// logged, the previous one kept).
         #[arg(long, value_name = "FILE")]
         tls_key: PathBuf,
+        /// On SIGTERM or Ctrl-C: how long the reviews in flight may take to finish before the
+        /// process exits. The default is the API server's default webhook timeout
+        /// (timeoutSeconds: 10, what `webhook-configuration` prints): past it the API server
+        /// has given up on the review; and below the pod's default 30 s grace period.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        shutdown_grace: Duration,
         #[command(flatten)]
         module: Module,
     },

@@ -77,6 +77,7 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             listen,
             tls_cert,
             tls_key,
+            shutdown_grace,
             module,
         } => {
             let settings = json_arg("--settings", &module.settings)?;
@@ -87,9 +88,7 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
                 key: tls_key,
                 policy: std::sync::Arc::new(module),
                 settings,
-            };
-            let shutdown = async {
-                let _ = tokio::signal::ctrl_c().await;
+                grace: shutdown_grace,
             };
             crate::webhook::serve(
                 options,
@@ -100,7 +99,7 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
                         crate::webhook::PATH
                     );
                 },
-                shutdown,
+                terminated(),
             )
             .await
         }

@@ -72,7 +72,7 @@ fn command(args: &[&str]) -> tokio::process::Command {
 
 /// A running `jumppod webhook`; killed when dropped.
 struct Webhook {
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     addr: String,
     log: Log,
 }
@@ -172,11 +172,7 @@ impl<'a> Start<'a> {
             .and_then(|rest| rest.strip_suffix("/mutate"))
             .unwrap_or_else(|| panic!("the webhook did not start: {line:?}"))
             .to_owned();
-        Webhook {
-            _child: child,
-            addr,
-            log,
-        }
+        Webhook { child, addr, log }
     }
 }
 
@@ -633,4 +629,68 @@ async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_open_conn
         a
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SIGTERM while a review is in flight (the spinning module holds it until its 2 s deadline):
+/// the listener closes at once (a new connection is refused), the review still gets its
+/// AdmissionReview, and the process exits 0 once it is answered. The log shows the order:
+/// shutting down, then the review answered, then every connection finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_review_in_flight_finish_refuses_new_connections_and_exits_0() {
+    let mut webhook = Webhook::start(&spin_wasm()).await;
+    let addr = webhook.addr.clone();
+    let in_flight = tokio::spawn(async move {
+        request(
+            &addr,
+            "POST",
+            "/mutate",
+            &fixture("admission_review_legacy_bare_pod_create.json"),
+        )
+        .await
+    });
+    webhook.log.wait_for("review started").await;
+    let pid = webhook.child.id().expect("running").to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    webhook.log.wait_for("shutting down").await;
+    let refused = tokio::net::TcpStream::connect(&webhook.addr).await;
+    assert_eq!(
+        refused.as_ref().err().map(std::io::Error::kind),
+        Some(std::io::ErrorKind::ConnectionRefused),
+        "a connection after SIGTERM: {refused:?}"
+    );
+    let (status, answer) = tokio::time::timeout(ANSWER, in_flight)
+        .await
+        .unwrap_or_else(|_| panic!("the review in flight got no answer within {ANSWER:?}"))
+        .unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let review: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(review["response"]["uid"], LEGACY_UID, "{review}");
+    assert_eq!(
+        review["response"]["status"]["code"], 500,
+        "the spin's deadline: {review}"
+    );
+    let exit = tokio::time::timeout(ANSWER, webhook.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the webhook did not exit within {ANSWER:?} of SIGTERM"))
+        .unwrap();
+    webhook.log.wait_for("every connection finished").await;
+    assert_eq!(exit.code(), Some(0), "{}", webhook.log.seen.join("\n"));
+    let at = |text: &str| {
+        webhook
+            .log
+            .seen
+            .iter()
+            .position(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("no {text:?} in the log"))
+    };
+    assert!(
+        at("review started") < at("shutting down")
+            && at("shutting down") < at(&format!("reviewed uid=\"{LEGACY_UID}\"")),
+        "the review was answered after SIGTERM:\n{}",
+        webhook.log.seen.join("\n")
+    );
 }

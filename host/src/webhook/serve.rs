@@ -29,6 +29,8 @@ pub struct Options {
     pub key: PathBuf,
     pub policy: Arc<dyn Policy>,
     pub settings: Value,
+    /// How long a shutdown waits for the reviews in flight.
+    pub grace: std::time::Duration,
 }
 
 /// The TLS configuration from PEM files: the serving chain and its key (PKCS#8, SEC1 or RSA),
@@ -51,6 +53,10 @@ pub fn tls(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, HostError> {
 
 /// Serves until `shutdown` resolves. `bound` gets the address actually listened on (port 0
 /// picks a free one).
+///
+/// On `shutdown` the listener is closed (a new connection is refused), each open connection
+/// answers the request it is reading or reviewing and closes (hyper's graceful shutdown), and
+/// serving ends once they are all closed or `grace` has passed, whichever comes first.
 pub async fn serve(
     options: Options,
     bound: impl FnOnce(SocketAddr),
@@ -71,6 +77,8 @@ pub async fn serve(
     })?;
     bound(local);
     let shared = Arc::new((options.policy, options.settings));
+    // Every connection holds a receiver: `closed` is every connection finished.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -81,32 +89,72 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => {
-                tracing::info!("shutting down");
-                return Ok(());
-            }
+            () = &mut shutdown => break,
         };
-        let acceptor = acceptor.clone();
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(tls) => tls,
-                Err(e) => {
-                    tracing::warn!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-            };
-            let service = hyper::service::service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(req, &shared.0, &shared.1).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "connection ended");
+        tokio::spawn(connection(
+            tcp,
+            peer,
+            acceptor.clone(),
+            shared.clone(),
+            stopping.clone(),
+        ));
+    }
+    drop(listener);
+    drop(stopping);
+    tracing::info!(
+        connections = stop.receiver_count(),
+        grace = ?options.grace,
+        "shutting down: no longer accepting; finishing the reviews in flight"
+    );
+    stop.send_replace(true);
+    match tokio::time::timeout(options.grace, stop.closed()).await {
+        Ok(()) => tracing::info!("shut down: every connection finished"),
+        Err(_) => tracing::warn!(
+            connections = stop.receiver_count(),
+            grace = ?options.grace,
+            "shut down: the grace period ended with connections still open; they are cut"
+        ),
+    }
+    Ok(())
+}
+
+/// One connection: the TLS handshake, then HTTP/1.1 until the client closes it or the server
+/// stops; `stopping` held until it ends is what the shutdown waits for.
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+    shared: Arc<(Arc<dyn Policy>, Value)>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let tls = tokio::select! {
+        accepted = acceptor.accept(tcp) => match accepted {
+            Ok(tls) => tls,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "TLS handshake failed");
+                return;
             }
-        });
+        },
+        // No request was read on it yet: nothing in flight to finish.
+        _ = stopping.changed() => return,
+    };
+    let service = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(req, &shared.0, &shared.1).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+    let mut conn = std::pin::pin!(conn);
+    let ended = tokio::select! {
+        ended = conn.as_mut() => ended,
+        _ = stopping.changed() => {
+            // The request being read or reviewed is answered, then the connection closes.
+            conn.as_mut().graceful_shutdown();
+            conn.as_mut().await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(%peer, error = %e, "connection ended");
     }
 }
 
@@ -164,6 +212,7 @@ async fn handle(
             };
             let (policy, settings) = (policy.clone(), settings.clone());
             let uid = super::answer::request_uid(&body).unwrap_or_default();
+            tracing::debug!(%uid, "review started");
             // wasmtime runs synchronously: off the reactor, on the blocking pool.
             let review =
                 tokio::task::spawn_blocking(move || review(policy.as_ref(), &settings, &body))
