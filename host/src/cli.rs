@@ -149,12 +149,12 @@ pub enum Command {
     },
     #[cfg(feature = "wasm")]
     /// Serve the policy module as a Kubernetes mutating admission webhook (AdmissionReview v1
-    /// over HTTPS at POST /mutate, JSONPatch; GET /healthz), run as policy-server runs it: compiled
-    /// once, a fresh instance per request, a 2-second evaluation deadline, the settings checked
-    /// at start. For clusters without Kubewarden; `jumppod webhook-configuration` prints what
-    /// registers it.
+    /// over HTTPS at POST /mutate, JSONPatch; GET /healthz, GET /readyz), run as policy-server
+    /// runs it: compiled once, a fresh instance per request, a 2-second evaluation deadline, the
+    /// settings checked at start (/readyz answers 503 until then). For clusters without
+    /// Kubewarden; `jumppod webhook-configuration` prints what registers it.
     Webhook {
-        /// Address to listen on (port 0: a free one, printed at start).
+        /// Address to listen on (port 0: a free one, printed once ready).
         #[arg(long, default_value = "0.0.0.0:8443")]
         listen: std::net::SocketAddr,
         /// Serving certificate chain (PEM); its SANs must name the address the API server uses.

@@ -81,19 +81,21 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             module,
         } => {
             let settings = json_arg("--settings", &module.settings)?;
-            let module = crate::eval::load_checked(&module.policy, &settings)?;
+            let checked = settings.clone();
             let options = crate::webhook::Options {
                 listen,
                 cert: tls_cert,
                 key: tls_key,
-                policy: std::sync::Arc::new(module),
+                load: Box::new(move || {
+                    let module = crate::eval::load_checked(&module.policy, &checked)?;
+                    Ok(std::sync::Arc::new(module) as std::sync::Arc<dyn jumppod_review::Policy>)
+                }),
                 settings,
                 grace: shutdown_grace,
             };
             crate::webhook::serve(
                 options,
                 |addr| {
-                    tracing::info!(%addr, "serving");
                     println!(
                         "serving AdmissionReviews on https://{addr}{}",
                         crate::webhook::PATH

@@ -100,6 +100,18 @@ impl Log {
         }
     }
 
+    /// Every line to the end of stderr (bounded), all seen ones included.
+    async fn rest(&mut self) -> String {
+        tokio::time::timeout(ANSWER, async {
+            while let Some(line) = self.lines.recv().await {
+                self.seen.push(line);
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("stderr did not end within {ANSWER:?}"));
+        self.seen.join("\n")
+    }
+
     /// The first line from now on that contains `text` (bounded).
     async fn wait_for(&mut self, text: &str) -> String {
         let found = tokio::time::timeout(ANSWER, async {
@@ -693,4 +705,110 @@ async fn sigterm_lets_the_review_in_flight_finish_refuses_new_connections_and_ex
         "the review was answered after SIGTERM:\n{}",
         webhook.log.seen.join("\n")
     );
+}
+
+/// A FIFO as the module: the webhook listens first and blocks reading the module until the
+/// test writes it, so "not ready yet" lasts exactly as long as the test wants.
+fn fifo(dir: &std::path::Path) -> PathBuf {
+    let fifo = dir.join("policy.wasm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    fifo
+}
+
+/// The address in the webhook's "listening" log line (`addr=...`).
+async fn listening(log: &mut Log) -> String {
+    let line = log.wait_for("listening").await;
+    line.split("addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no addr= in {line:?}"))
+        .to_owned()
+}
+
+/// Bound before the module is compiled: /healthz answers at once, /readyz answers 503 saying
+/// why, and a review is refused with code 503 under its uid, until the module is compiled and
+/// its settings accepted; then the webhook says it serves and /readyz answers ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_and_reviews_refused_until_the_module_is_compiled() {
+    let dir = scratch("not-ready");
+    let module = fifo(&dir);
+    let policy = module.display().to_string();
+    let (mut child, mut log) = Start::new(&policy).spawn();
+    let addr = listening(&mut log).await;
+    assert_eq!(
+        request(&addr, "GET", "/healthz", "").await,
+        (200, "ok\n".to_owned())
+    );
+    let not_ready =
+        "jumppod webhook: not ready: the policy module is being compiled and its settings checked";
+    assert_eq!(
+        request(&addr, "GET", "/readyz", "").await,
+        (503, format!("{not_ready}\n"))
+    );
+    let (status, answer) = request(
+        &addr,
+        "POST",
+        "/mutate",
+        &fixture("admission_review_legacy_bare_pod_create.json"),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let review: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        review["response"],
+        json!({"uid": LEGACY_UID, "allowed": false, "status": {"code": 503, "message": not_ready}})
+    );
+
+    let wasm = std::fs::read(spin_wasm()).unwrap();
+    tokio::task::spawn_blocking(move || std::fs::write(module, wasm))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut line = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    tokio::time::timeout(START, stdout.read_line(&mut line))
+        .await
+        .unwrap_or_else(|_| panic!("not ready within {START:?} of the module written"))
+        .unwrap();
+    assert_eq!(
+        line,
+        format!("serving AdmissionReviews on https://{addr}/mutate\n")
+    );
+    assert_eq!(
+        request(&addr, "GET", "/readyz", "").await,
+        (200, "ok\n".to_owned())
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A module that does not compile, read after the listener is bound: the process still exits
+/// 2 with the error it gives at start, and never says it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_that_does_not_compile_after_listening_exits_2() {
+    let dir = scratch("bad-module");
+    let module = fifo(&dir);
+    let policy = module.display().to_string();
+    let (child, mut log) = Start::new(&policy).spawn();
+    listening(&mut log).await;
+    tokio::task::spawn_blocking(move || std::fs::write(module, b"not a wasm module"))
+        .await
+        .unwrap()
+        .unwrap();
+    let out = tokio::time::timeout(START, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("the webhook did not stop within {START:?}"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("serving"), "{stdout}");
+    let stderr = log.rest().await;
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("error: ")),
+        "the error it gives at start: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

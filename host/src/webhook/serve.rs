@@ -13,7 +13,7 @@ use jumppod_review::Policy;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tokio_rustls::rustls;
 
@@ -27,7 +27,9 @@ pub struct Options {
     pub listen: SocketAddr,
     pub cert: PathBuf,
     pub key: PathBuf,
-    pub policy: Arc<dyn Policy>,
+    /// Compiles the module and checks the settings with it (blocking): run once the listener
+    /// is bound.
+    pub load: Box<dyn FnOnce() -> Result<Arc<dyn Policy>, HostError> + Send>,
     pub settings: Value,
     /// How long a shutdown waits for the reviews in flight.
     pub grace: std::time::Duration,
@@ -51,15 +53,17 @@ pub fn tls(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, HostError> {
     Ok(config)
 }
 
-/// Serves until `shutdown` resolves. `bound` gets the address actually listened on (port 0
-/// picks a free one).
+/// Serves until `shutdown` resolves. The listener is bound first, so the probes answer while
+/// the module compiles: `/healthz` at once, `/readyz` (and every review) 503 until `load` has
+/// compiled the module and its settings are accepted; then `ready` gets the address actually
+/// listened on (port 0 picks a free one). If `load` fails, its error ends the serving.
 ///
 /// On `shutdown` the listener is closed (a new connection is refused), each open connection
 /// answers the request it is reading or reviewing and closes (hyper's graceful shutdown), and
 /// serving ends once they are all closed or `grace` has passed, whichever comes first.
 pub async fn serve(
     options: Options,
-    bound: impl FnOnce(SocketAddr),
+    ready: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), HostError> {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls(&options.cert, &options.key)?));
@@ -75,13 +79,35 @@ pub async fn serve(
         value: options.listen.to_string(),
         problem: e.to_string(),
     })?;
-    bound(local);
-    let shared = Arc::new((options.policy, options.settings));
+    tracing::info!(
+        addr = %local,
+        "listening; not ready until the module is compiled and its settings accepted"
+    );
+    let state = Arc::new(State {
+        policy: OnceLock::new(),
+        settings: options.settings,
+    });
+    // wasmtime compiles synchronously: on the blocking pool, while the probes are answered.
+    let mut load = tokio::task::spawn_blocking(options.load);
+    let mut loading = true;
+    let mut ready = Some(ready);
     // Every connection holds a receiver: `closed` is every connection finished.
     let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
+            loaded = &mut load, if loading => {
+                loading = false;
+                let policy = loaded.map_err(|e| {
+                    HostError::Controller(format!("compiling the policy module failed: {e}"))
+                })??;
+                let _ = state.policy.set(policy);
+                tracing::info!(addr = %local, "ready: the module is compiled and its settings accepted");
+                if let Some(ready) = ready.take() {
+                    ready(local);
+                }
+                continue;
+            }
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
@@ -95,7 +121,7 @@ pub async fn serve(
             tcp,
             peer,
             acceptor.clone(),
-            shared.clone(),
+            state.clone(),
             stopping.clone(),
         ));
     }
@@ -118,13 +144,19 @@ pub async fn serve(
     Ok(())
 }
 
+/// What the connections share: the policy once it is compiled and its settings accepted.
+struct State {
+    policy: OnceLock<Arc<dyn Policy>>,
+    settings: Value,
+}
+
 /// One connection: the TLS handshake, then HTTP/1.1 until the client closes it or the server
 /// stops; `stopping` held until it ends is what the shutdown waits for.
 async fn connection(
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
     acceptor: tokio_rustls::TlsAcceptor,
-    shared: Arc<(Arc<dyn Policy>, Value)>,
+    state: Arc<State>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let tls = tokio::select! {
@@ -139,8 +171,13 @@ async fn connection(
         _ = stopping.changed() => return,
     };
     let service = hyper::service::service_fn(move |req| {
-        let shared = shared.clone();
-        async move { Ok::<_, std::convert::Infallible>(handle(req, &shared.0, &shared.1).await) }
+        let state = state.clone();
+        async move {
+            Ok::<_, std::convert::Infallible>(match state.policy.get() {
+                Some(policy) => handle(req, policy, &state.settings).await,
+                None => not_ready(req).await,
+            })
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
@@ -155,6 +192,37 @@ async fn connection(
     };
     if let Err(e) = ended {
         tracing::debug!(%peer, error = %e, "connection ended");
+    }
+}
+
+/// The answers before the module is compiled and its settings accepted: alive, not ready, and
+/// a review refused with 503 under its uid (an empty uid makes the API server count the call
+/// as failed).
+async fn not_ready(req: Request<Incoming>) -> Response<Full<Bytes>> {
+    const NOT_READY: &str =
+        "jumppod webhook: not ready: the policy module is being compiled and its settings checked";
+    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
+        Response::builder()
+            .status(status)
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap_or_default()
+    };
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => reply(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
+        (&Method::POST, _) => {
+            let (Ok(body) | Err((body, _))) = read_body(req.into_body()).await;
+            let uid = super::answer::request_uid(&body).unwrap_or_default();
+            tracing::info!(%uid, "refused a review: not ready");
+            let answer = envelope(refuse(&json!(uid), 503, NOT_READY.into()));
+            let body = serde_json::to_vec(&answer).unwrap_or_default();
+            reply(StatusCode::OK, "application/json", body)
+        }
+        _ => reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            format!("{NOT_READY}\n").into_bytes(),
+        ),
     }
 }
 
