@@ -199,7 +199,7 @@ mod tests {
         include_str!("../../../policy/test_data/replicaset_besteffort_template_create.json"),
         json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": false, "status": {"message": format!(
             "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract: {BEST_EFFORT}")}}))]
-    // The policy's one warning of 439 characters, as one per finding: the API server may cut
+    // The policy's one warning of 461 characters, as one per finding: the API server may cut
     // a warning past 256 characters.
     #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning_per_finding(
         include_str!("../../../policy/test_data/legacy_pod_adoption_update.json"),
