@@ -191,9 +191,14 @@ pub enum Command {
         /// refuses the pod (the contract holds), Ignore admits it unchecked.
         #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
         failure_policy: String,
-        /// Only these namespaces' pods and ReplicaSets (repeatable; default: every namespace).
+        /// Only these namespaces' pods and ReplicaSets (repeatable; default: every namespace
+        /// but kube-system and the webhook's).
         #[arg(long = "only-namespace", value_name = "NAMESPACE")]
         namespaces: Vec<String>,
+        /// The webhook's own namespace, never sent (its pods must start while it is down);
+        /// default: the --service's namespace.
+        #[arg(long, value_name = "NAMESPACE")]
+        webhook_namespace: Option<String>,
     },
 }
 

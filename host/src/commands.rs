@@ -112,19 +112,20 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             ca_bundle,
             failure_policy,
             namespaces,
+            webhook_namespace,
         } => {
             let endpoint = match (url, service) {
                 (Some(url), _) => crate::webhook::Endpoint::Url(url),
                 (None, Some(text)) => parse_service(&text)?,
                 (None, None) => unreachable!("clap requires --url or --service"),
             };
+            let scope = webhook_scope(&endpoint, webhook_namespace, namespaces)?;
             let ca = std::fs::read(&ca_bundle).map_err(|e| ConfigError {
                 field: "--ca-bundle".into(),
                 value: ca_bundle.display().to_string(),
                 problem: format!("cannot read it: {e}"),
             })?;
-            let config =
-                crate::webhook::configuration(&endpoint, &ca, &failure_policy, &namespaces);
+            let config = crate::webhook::configuration(&endpoint, &ca, &failure_policy, &scope);
             match printer.output {
                 Output::Human => print!("{}", serde_yaml::to_string(&config).unwrap_or_default()),
                 Output::Json => println!("{}", to_json(&config)?),
@@ -250,6 +251,48 @@ async fn keys(global: &Global, printer: &Printer, action: KeysAction) -> Result<
 
 /// `NAMESPACE/NAME[:PORT]`.
 #[cfg(feature = "wasm")]
+/// The namespaces the configurations send: `--only-namespace`, never kube-system nor the
+/// webhook's own (`--webhook-namespace`, else the Service's), so that they can start pods
+/// while the webhook is down (Kubernetes: "Avoiding deadlocks in self-hosted webhooks").
+fn webhook_scope(
+    endpoint: &crate::webhook::Endpoint,
+    webhook_namespace: Option<String>,
+    only: Vec<String>,
+) -> Result<crate::webhook::Scope, ConfigError> {
+    let own = webhook_namespace.or(match endpoint {
+        crate::webhook::Endpoint::Service(ns, ..) => Some(ns.clone()),
+        crate::webhook::Endpoint::Url(_) => None,
+    });
+    if let Some(ns) = &own
+        && let Some(problem) = config::dns_label_problem(ns)
+    {
+        return Err(ConfigError {
+            field: "--webhook-namespace".into(),
+            value: ns.clone(),
+            problem: problem.into(),
+        });
+    }
+    let mut left_out = vec!["kube-system".to_owned()];
+    left_out.extend(own.filter(|ns| ns != "kube-system"));
+    for ns in &only {
+        let problem = if left_out.contains(ns) {
+            Some(
+                "is never sent to the webhook: kube-system and the webhook's own namespace are left out, so that their pods can start while it is down",
+            )
+        } else {
+            config::dns_label_problem(ns)
+        };
+        if let Some(problem) = problem {
+            return Err(ConfigError {
+                field: "--only-namespace".into(),
+                value: ns.clone(),
+                problem: problem.into(),
+            });
+        }
+    }
+    Ok(crate::webhook::Scope { only, left_out })
+}
+
 fn parse_service(text: &str) -> Result<crate::webhook::Endpoint, ConfigError> {
     let bad = |problem: &str| ConfigError {
         field: "--service".into(),
@@ -441,5 +484,58 @@ pub fn print_error(output: Output, error: &HostError) {
             }}))
             .unwrap_or_default()
         ),
+    }
+}
+
+#[cfg(all(test, feature = "wasm"))]
+mod webhook_configuration_tests {
+    use super::*;
+    use crate::webhook::Endpoint;
+    use rstest::rstest;
+
+    fn service(ns: &str) -> Endpoint {
+        Endpoint::Service(ns.into(), "jumppod".into(), 443)
+    }
+
+    #[rstest]
+    #[case::a_url_leaves_out_kube_system(Endpoint::Url("https://h".into()), None, &[], &["kube-system"])]
+    #[case::a_service_leaves_out_its_namespace_too(service("jp"), None, &["dstack"], &["kube-system", "jp"])]
+    #[case::the_flag_names_the_webhooks_namespace(service("jp"), Some("hooks"), &[], &["kube-system", "hooks"])]
+    #[case::kube_system_is_named_once(service("kube-system"), None, &[], &["kube-system"])]
+    fn the_webhooks_namespace_and_kube_system_are_left_out(
+        #[case] endpoint: Endpoint,
+        #[case] webhook_namespace: Option<&str>,
+        #[case] only: &[&str],
+        #[case] left_out: &[&str],
+    ) {
+        let only: Vec<String> = only.iter().map(|s| s.to_string()).collect();
+        let scope =
+            webhook_scope(&endpoint, webhook_namespace.map(Into::into), only.clone()).unwrap();
+        assert_eq!(scope.left_out, left_out);
+        assert_eq!(scope.only, only);
+    }
+
+    #[rstest]
+    #[case::only_kube_system(None, &["kube-system"], "--only-namespace", "kube-system", "never sent")]
+    #[case::only_the_webhooks_namespace(Some("hooks"), &["dstack", "hooks"], "--only-namespace", "hooks", "never sent")]
+    #[case::a_namespace_that_is_no_dns_label(None, &["Dstack"], "--only-namespace", "Dstack", "")]
+    #[case::a_webhook_namespace_that_is_no_dns_label(Some("a_b"), &[], "--webhook-namespace", "a_b", "")]
+    fn a_namespace_out_of_scope_is_refused_naming_flag_and_value(
+        #[case] webhook_namespace: Option<&str>,
+        #[case] only: &[&str],
+        #[case] field: &str,
+        #[case] value: &str,
+        #[case] says: &str,
+    ) {
+        let only = only.iter().map(|s| s.to_string()).collect();
+        let Err(e) = webhook_scope(
+            &Endpoint::Url("https://h".into()),
+            webhook_namespace.map(Into::into),
+            only,
+        ) else {
+            panic!("accepted");
+        };
+        assert_eq!((e.field.as_str(), e.value.as_str()), (field, value));
+        assert!(e.problem.contains(says), "{}", e.problem);
     }
 }

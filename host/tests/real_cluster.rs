@@ -12,7 +12,10 @@
 mod common;
 
 use common::both::{self, Cluster};
-use common::cluster::{Webhook, admin, admin_kubeconfig, namespace, typed, wait_for};
+use common::cluster::{
+    CleanUp, Webhook, admin, admin_kubeconfig, namespace, typed, wait_for,
+    webhook_configuration_name,
+};
 use common::{Release, config_for};
 use jumppod::schema;
 use jumppod_host::action::Finding;
@@ -346,14 +349,18 @@ async fn a_namespace_being_deleted_is_reported_as_such_not_as_missing_rbac() {
 /// labels, Guaranteed) and adopted by the ReplicaSet ensure creates; the pods of an
 /// undersized ReplicaSet made before the webhook are refused, which the real controller
 /// reports as FailedCreate and ensure as the policy's message; a body that is not an
-/// AdmissionReview gets one back saying so; with the webhook gone, failurePolicy Fail refuses
-/// pods and Ignore admits them.
+/// AdmissionReview gets one back saying so; with the webhook gone, a pod without
+/// `app.kubernetes.io/name` is still created (the objectSelector: the deadlock Kubernetes'
+/// "Avoiding deadlocks in self-hosted webhooks" warns of), failurePolicy Fail refuses a jump
+/// pod and Ignore admits it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_policy_as_a_real_admission_webhook() {
     use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
     let admin = admin().await;
     let ns = "rc-webhook";
+    let _cleanup = CleanUp(ns.into());
     namespace(&admin, ns).await;
+    let name = webhook_configuration_name(ns);
     let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
     let replicasets: Api<ReplicaSet> = Api::namespaced(admin.client.clone(), ns);
     // Before the webhook: an undersized jump-pod ReplicaSet of project `small`, scaled to 0.
@@ -378,12 +385,12 @@ async fn the_policy_as_a_real_admission_webhook() {
     );
 
     let configs: Api<MutatingWebhookConfiguration> = Api::all(admin.client.clone());
-    let _ = configs.delete("jumppod", &DeleteParams::default()).await;
     configs
-        .create(
-            &PostParams::default(),
-            &typed(webhook.configuration("Fail", ns)),
-        )
+        .create(&PostParams::default(), &{
+            let mut config = webhook.configuration("Fail", ns);
+            config["metadata"]["name"] = json!(name);
+            typed(config)
+        })
         .await
         .unwrap();
     let legacy: Pod = typed(json!({
@@ -453,28 +460,33 @@ async fn the_policy_as_a_real_admission_webhook() {
         "{message}"
     );
 
-    // failurePolicy, once: the webhook gone, Fail refuses a pod, Ignore admits it.
+    // failurePolicy, once: the webhook gone, Fail still lets a pod without the label in (the
+    // API server does not call the webhook for it), refuses a jump pod; Ignore admits it.
     drop(webhook);
     let plain: Pod = typed(json!({
         "metadata": {"generateName": "plain-"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}
     }));
-    let err = pods.create(&dry, &plain).await.unwrap_err().to_string();
+    pods.create(&PostParams::default(), &plain)
+        .await
+        .expect("a pod without app.kubernetes.io/name is created with the webhook down");
+    let jump: Pod = typed(json!({
+        "metadata": {"generateName": "dstack-other-ssh-jump-pod-",
+                     "labels": schema::current_labels("dstack-other-ssh-jump-pod", "other")},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }));
+    let err = pods.create(&dry, &jump).await.unwrap_err().to_string();
     assert!(err.contains("failed calling webhook"), "{err}");
-    let mut registered = configs.get("jumppod").await.unwrap();
+    let mut registered = configs.get(&name).await.unwrap();
     registered.webhooks.as_mut().unwrap()[0].failure_policy = Some("Ignore".into());
     configs
-        .replace("jumppod", &PostParams::default(), &registered)
+        .replace(&name, &PostParams::default(), &registered)
         .await
         .unwrap();
-    wait_for("failurePolicy Ignore to admit the pod", || async {
-        pods.create(&dry, &plain).await.ok()
+    wait_for("failurePolicy Ignore to admit the jump pod", || async {
+        pods.create(&dry, &jump).await.ok()
     })
     .await;
-    configs
-        .delete("jumppod", &DeleteParams::default())
-        .await
-        .unwrap();
 }
 
 /// 12 (common/both.rs): a configuration below the floor; nothing written, no namespace.

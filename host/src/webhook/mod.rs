@@ -12,7 +12,7 @@ mod configuration;
 mod reload;
 mod serve;
 
-pub use configuration::{Endpoint, configuration};
+pub use configuration::{Endpoint, Scope, configuration};
 pub use serve::{Options, serve, tls};
 
 use jumppod_review::{Policy, admission_response};

@@ -661,6 +661,16 @@ pub fn clean_up_after(ns: &str, users: Vec<String>) {
     }
 }
 
+/// Runs [`clean_up_after`] for a namespace when dropped, so on a panic too: for a test that
+/// makes its namespace without a [`super::both::Cluster`].
+pub struct CleanUp(pub String);
+
+impl Drop for CleanUp {
+    fn drop(&mut self) {
+        clean_up_after(&self.0, Vec::new());
+    }
+}
+
 /// `jumppod webhook`, the real binary, serving the policy module with the control plane's
 /// webhook pair. It runs under `sh`, which stops it when its stdin closes: when this is
 /// dropped, or when the test process ends, however it ends (the shared one is never dropped).
@@ -799,7 +809,7 @@ impl Drop for Webhook {
 }
 
 /// The name of the webhook configuration that sends a scenario's namespace to the policy.
-fn webhook_configuration_name(ns: &str) -> String {
+pub fn webhook_configuration_name(ns: &str) -> String {
     format!("jumppod-{ns}")
 }
 
