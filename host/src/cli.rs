@@ -175,10 +175,15 @@ pub enum Command {
         module: Module,
     },
     #[cfg(feature = "wasm")]
-    /// Print the MutatingWebhookConfiguration that sends pods and ReplicaSets (CREATE, UPDATE:
-    /// the rules of the policy's metadata.yml) to `jumppod webhook`.
+    /// Print the webhook configurations that send pods and ReplicaSets (CREATE, UPDATE: the
+    /// rules of the policy's metadata.yml) labelled app.kubernetes.io/name, outside
+    /// kube-system and the webhook's namespace, to `jumppod webhook`: a
+    /// MutatingWebhookConfiguration (/mutate) and a ValidatingWebhookConfiguration
+    /// (/validate, the verdict on the object after every mutating webhook), as a YAML stream
+    /// (-o json: a List) for `kubectl apply -f -`.
     WebhookConfiguration {
-        /// The webhook's URL (https://host:port/mutate), for a webhook outside the cluster.
+        /// The webhook's base URL, https://HOST[:PORT], for a webhook outside the cluster
+        /// (each configuration appends its path; a trailing /mutate is accepted).
         #[arg(long, conflicts_with = "service", required_unless_present = "service")]
         url: Option<String>,
         /// The webhook's Service in the cluster, NAMESPACE/NAME[:PORT] (port 443 by default).
@@ -199,6 +204,9 @@ pub enum Command {
         /// default: the --service's namespace.
         #[arg(long, value_name = "NAMESPACE")]
         webhook_namespace: Option<String>,
+        /// Which configurations to print.
+        #[arg(long, default_value = "both", value_parser = ["both", "mutating", "validating"])]
+        kind: String,
     },
 }
 

@@ -13,7 +13,7 @@ mod common;
 
 use common::both::{self, Cluster};
 use common::cluster::{
-    CleanUp, Webhook, admin, admin_kubeconfig, namespace, typed, wait_for,
+    CleanUp, Sidecar, Webhook, admin, admin_kubeconfig, namespace, typed, wait_for,
     webhook_configuration_name,
 };
 use common::{Release, config_for};
@@ -487,6 +487,128 @@ async fn the_policy_as_a_real_admission_webhook() {
         pods.create(&dry, &jump).await.ok()
     })
     .await;
+}
+
+/// Registers `configs` (jumppod's, named for `ns`, so that [`CleanUp`] removes them).
+async fn register(admin: &Kube, ns: &str, configs: &[Value]) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    for config in configs {
+        let mut config = config.clone();
+        config["metadata"]["name"] = json!(webhook_configuration_name(ns));
+        let created = match config["kind"].as_str() {
+            Some("MutatingWebhookConfiguration") => {
+                Api::<MutatingWebhookConfiguration>::all(admin.client.clone())
+                    .create(&PostParams::default(), &typed(config))
+                    .await
+                    .map(drop)
+            }
+            _ => Api::<ValidatingWebhookConfiguration>::all(admin.client.clone())
+                .create(&PostParams::default(), &typed(config))
+                .await
+                .map(drop),
+        };
+        created.expect("register the webhook configuration");
+    }
+}
+
+/// A jump pod of project `project`, current labels and `extra`, no resources: what jumppod's
+/// mutation makes Guaranteed.
+fn jump_pod(project: &str, extra: &[(&str, &str)]) -> Pod {
+    let name = schema::jump_pod_name(project);
+    let mut labels = schema::current_labels(&name, project);
+    labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    typed(json!({
+        "metadata": {"generateName": format!("{name}-"), "labels": labels},
+        "spec": {"containers": [{"name": "sshd", "image": schema::DEFAULT_IMAGE}]}
+    }))
+}
+
+/// Validating after all mutations (issue 21 §2): the API server calls mutating webhooks in
+/// the order of their configurations' names, so the test's sidecar injector, registered after
+/// jumppod's, adds a container without resources to a jump pod jumppod already made
+/// Guaranteed; the validating pass, which runs after every mutation, refuses it with the
+/// policy's message. A jump pod without the sidecar and a bare pre-#3891 pod, as jumppod's
+/// mutation leaves them, pass it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jump_pod_a_later_mutating_webhook_breaks_is_refused_by_the_validating_pass() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let admin = admin().await;
+    let ns = "rc-webhook-validate";
+    let _cleanup = CleanUp(ns.into());
+    namespace(&admin, ns).await;
+    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
+    let webhook = tokio::task::spawn_blocking(Webhook::start).await.unwrap();
+    let sidecar = Sidecar::start().await;
+    register(&admin, ns, &webhook.configurations("Fail", ns)).await;
+    Api::<MutatingWebhookConfiguration>::all(admin.client.clone())
+        .create(&PostParams::default(), &sidecar.configuration(ns))
+        .await
+        .expect("register the sidecar injector");
+
+    let broken = jump_pod("side", &[Sidecar::LABEL]);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    // The API server reads webhook configurations through informers: dry runs until all
+    // three are called.
+    wait_for(
+        "the validating pass to refuse a dry-run jump pod with the sidecar",
+        || async {
+            pods.create(&dry, &broken)
+                .await
+                .err()
+                .filter(|e| e.to_string().contains("jumppod validating pass"))
+        },
+    )
+    .await;
+    let refused = pods
+        .create(&PostParams::default(), &broken)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("admission webhook \"jump-pods.jumppod.dstack.ai\" denied the request: jumppod validating pass")
+            && refused.contains("container \"sidecar\": resources.requests.cpu is missing (would be set to 500m)"),
+        "{refused}"
+    );
+
+    let admitted = pods
+        .create(&PostParams::default(), &jump_pod("side", &[]))
+        .await
+        .expect("a jump pod as jumppod's mutation leaves it passes the validating pass");
+    assert_eq!(
+        admitted.status.and_then(|s| s.qos_class).as_deref(),
+        Some("Guaranteed")
+    );
+    let legacy: Pod = typed(json!({
+        "metadata": {"name": NAME, "labels": schema::legacy_selector(NAME)},
+        "spec": {"containers": [{"name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE}]}
+    }));
+    let legacy = pods
+        .create(&PostParams::default(), &legacy)
+        .await
+        .expect("a bare pre-#3891 pod, mutated, passes the validating pass");
+    assert!(
+        legacy
+            .metadata
+            .labels
+            .is_some_and(|l| l.contains_key(schema::INSTANCE_LABEL)),
+        "mutated before the validating pass"
+    );
+    // Neither of jumppod's webhooks is called for a pod without app.kubernetes.io/name.
+    let plain: Pod = typed(json!({
+        "metadata": {"generateName": "plain-", "labels": {Sidecar::LABEL.0: Sidecar::LABEL.1}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }));
+    let plain = pods.create(&PostParams::default(), &plain).await.unwrap();
+    assert_eq!(
+        plain.spec.unwrap().containers.len(),
+        2,
+        "the sidecar was added"
+    );
 }
 
 /// 12 (common/both.rs): a configuration below the floor; nothing written, no namespace.

@@ -1,14 +1,23 @@
 //! The webhook configurations `jumppod webhook-configuration` prints.
 
-use super::PATH;
+use super::{PATH, VALIDATE_PATH};
 use jumppod::schema;
 use serde_json::{Value, json};
 
 /// Where the API server reaches the webhook.
 pub enum Endpoint {
+    /// https://host[:port][/prefix]; each configuration appends its path.
     Url(String),
     /// namespace, name, port
     Service(String, String, i32),
+}
+
+/// Which configuration: the mutating one (`/mutate`: the policy's patch) or the validating
+/// one (`/validate`: the policy's verdict on the object as stored, after every mutation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Mutating,
+    Validating,
 }
 
 /// Which namespaces the API server sends.
@@ -20,21 +29,26 @@ pub struct Scope {
     pub left_out: Vec<String>,
 }
 
-/// The MutatingWebhookConfiguration that sends pods and ReplicaSets to the webhook, with the
-/// rules of the policy's metadata.yml (the same requests Kubewarden would send it), scoped to
-/// the objects labelled `app.kubernetes.io/name` outside `scope.left_out`.
+/// The webhook configuration of `kind` that sends pods and ReplicaSets to the webhook, with
+/// the rules of the policy's metadata.yml (the same requests Kubewarden would send it),
+/// scoped to the objects labelled `app.kubernetes.io/name` outside `scope.left_out`.
 pub fn configuration(
+    kind: Kind,
     endpoint: &Endpoint,
     ca_pem: &[u8],
     failure_policy: &str,
     scope: &Scope,
 ) -> Value {
     use base64::Engine as _;
+    let path = match kind {
+        Kind::Mutating => PATH,
+        Kind::Validating => VALIDATE_PATH,
+    };
     let mut client = json!({"caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem)});
     match endpoint {
-        Endpoint::Url(url) => client["url"] = json!(url),
+        Endpoint::Url(base) => client["url"] = json!(format!("{base}{path}")),
         Endpoint::Service(ns, name, port) => {
-            client["service"] = json!({"namespace": ns, "name": name, "path": PATH, "port": port})
+            client["service"] = json!({"namespace": ns, "name": name, "path": path, "port": port})
         }
     }
     let rule = |group: &str, resource: &str| {
@@ -47,13 +61,12 @@ pub fn configuration(
         namespaces.push(json!({
             "key": "kubernetes.io/metadata.name", "operator": "In", "values": scope.only}));
     }
-    let webhook = json!({
+    let mut webhook = json!({
         "name": "jump-pods.jumppod.dstack.ai",
         "admissionReviewVersions": ["v1"],
         "sideEffects": "None",
         "failurePolicy": failure_policy,
         "matchPolicy": "Equivalent",
-        "reinvocationPolicy": "Never",
         // policy-server's own default deadline is 2 s of evaluation; the round trip needs more.
         "timeoutSeconds": 10,
         "clientConfig": client,
@@ -64,9 +77,16 @@ pub fn configuration(
         "objectSelector": {"matchExpressions": [{"key": schema::NAME_LABEL, "operator": "Exists"}]},
         "namespaceSelector": {"matchExpressions": namespaces},
     });
+    let kind = match kind {
+        Kind::Mutating => {
+            webhook["reinvocationPolicy"] = json!("Never");
+            "MutatingWebhookConfiguration"
+        }
+        Kind::Validating => "ValidatingWebhookConfiguration",
+    };
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
+        "kind": kind,
         "metadata": {"name": "jumppod"},
         "webhooks": [webhook],
     })
@@ -85,10 +105,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_configuration_sends_what_the_policys_metadata_names() {
+    #[rstest]
+    #[case::mutating(Kind::Mutating)]
+    #[case::validating(Kind::Validating)]
+    fn the_configuration_sends_what_the_policys_metadata_names(#[case] kind: Kind) {
         let config = configuration(
-            &Endpoint::Url("https://127.0.0.1:8443/mutate".into()),
+            kind,
+            &Endpoint::Url("https://127.0.0.1:8443".into()),
             b"CA",
             "Fail",
             &scope(&[], &["kube-system"]),
@@ -107,6 +130,32 @@ mod tests {
     }
 
     #[rstest]
+    #[case::mutating_by_url(Kind::Mutating, Endpoint::Url("https://h:1".into()),
+        "MutatingWebhookConfiguration", json!({"url": "https://h:1/mutate"}), Some("Never"))]
+    #[case::validating_by_url(Kind::Validating, Endpoint::Url("https://h:1".into()),
+        "ValidatingWebhookConfiguration", json!({"url": "https://h:1/validate"}), None)]
+    #[case::validating_by_service(Kind::Validating, Endpoint::Service("jp".into(), "wh".into(), 443),
+        "ValidatingWebhookConfiguration",
+        json!({"service": {"namespace": "jp", "name": "wh", "path": "/validate", "port": 443}}), None)]
+    fn each_kind_points_at_its_path(
+        #[case] kind: Kind,
+        #[case] endpoint: Endpoint,
+        #[case] expected_kind: &str,
+        #[case] expected_client: Value,
+        #[case] reinvocation: Option<&str>,
+    ) {
+        let config = configuration(kind, &endpoint, b"", "Fail", &scope(&[], &[]));
+        assert_eq!(config["kind"], expected_kind);
+        let mut client = config["webhooks"][0]["clientConfig"].clone();
+        client.as_object_mut().unwrap().remove("caBundle");
+        assert_eq!(client, expected_client);
+        assert_eq!(
+            config["webhooks"][0]["reinvocationPolicy"].as_str(),
+            reinvocation
+        );
+    }
+
+    #[rstest]
     #[case::every_namespace_but_those_left_out(&[], &["kube-system", "jumppod"], json!([
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "jumppod"]}]))]
     #[case::only_some_namespaces_and_never_those_left_out(&["dstack"], &["kube-system"], json!([
@@ -117,20 +166,23 @@ mod tests {
         #[case] left_out: &[&str],
         #[case] expressions: Value,
     ) {
-        let config = configuration(
-            &Endpoint::Url("https://h".into()),
-            b"",
-            "Fail",
-            &scope(only, left_out),
-        );
-        let webhook = &config["webhooks"][0];
-        assert_eq!(
-            webhook["namespaceSelector"],
-            json!({"matchExpressions": expressions})
-        );
-        assert_eq!(
-            webhook["objectSelector"],
-            json!({"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]})
-        );
+        for kind in [Kind::Mutating, Kind::Validating] {
+            let config = configuration(
+                kind,
+                &Endpoint::Url("https://h".into()),
+                b"",
+                "Fail",
+                &scope(only, left_out),
+            );
+            let webhook = &config["webhooks"][0];
+            assert_eq!(
+                webhook["namespaceSelector"],
+                json!({"matchExpressions": expressions})
+            );
+            assert_eq!(
+                webhook["objectSelector"],
+                json!({"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]})
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@ mod configuration;
 mod reload;
 mod serve;
 
-pub use configuration::{Endpoint, Scope, configuration};
+pub use configuration::{Endpoint, Kind, Scope, configuration};
 pub use serve::{Options, serve, tls};
 
 use jumppod_review::{Policy, admission_response};
@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 
 /// The path the MutatingWebhookConfiguration points at.
 pub const PATH: &str = "/mutate";
+/// The path the ValidatingWebhookConfiguration points at: [`validate`].
+pub const VALIDATE_PATH: &str = "/validate";
 
 /// The AdmissionReview answering one request body. A body that is not an AdmissionReview v1
 /// with a request is refused (allowed: false, code 400) with what is wrong; a policy that
@@ -78,6 +80,47 @@ fn fitted(mut response: Value) -> Value {
         *warnings = json!(answer::fit_warnings(&list));
     }
     response
+}
+
+/// The validating pass: the policy's verdict on the object as it will be stored, after every
+/// mutating webhook (Kubernetes runs validating webhooks after all mutating ones, and does not
+/// order mutating webhooks of different configurations by anything but their names). The
+/// policy runs with mutation off, so what a later mutation left out (a sidecar without
+/// resources) is refused naming what is missing instead of being patched in: a validating
+/// webhook cannot patch.
+pub fn validate(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
+    validation(review(policy, &validating_settings(settings), body))
+}
+
+/// The settings of the validating pass: the operator's, with `mutate` off.
+pub fn validating_settings(settings: &Value) -> Value {
+    let mut settings = match settings {
+        Value::Object(_) => settings.clone(),
+        _ => json!({}),
+    };
+    settings["mutate"] = json!(false);
+    settings
+}
+
+/// A review as a validating webhook answers it: the verdict without patch and patchType (the
+/// API server refuses a patch from a validating webhook), a refusal saying it came from the
+/// validating pass.
+pub fn validation(mut review: Value) -> Value {
+    if let Some(response) = review.get_mut("response").and_then(Value::as_object_mut) {
+        response.remove("patch");
+        response.remove("patchType");
+        if response.get("allowed") == Some(&json!(false))
+            && let Some(message) = response
+                .get_mut("status")
+                .and_then(|s| s.get_mut("message"))
+            && let Some(text) = message.as_str()
+        {
+            *message = json!(format!(
+                "jumppod validating pass (the object as stored, after every mutating webhook): {text}"
+            ));
+        }
+    }
+    review
 }
 
 /// A refusal: allowed false, with the code and what is wrong.
@@ -213,5 +256,72 @@ mod tests {
         #[case] expected: Value,
     ) {
         assert_eq!(reviewed(request), expected);
+    }
+    #[rstest]
+    #[case::a_patch_and_its_type_are_removed(
+        json!({"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": "W10=", "warnings": ["w"]}),
+        json!({"uid": "u", "allowed": true, "warnings": ["w"]}))]
+    #[case::a_refusal_says_it_came_from_the_validating_pass(
+        json!({"uid": "u", "allowed": false, "status": {"code": 500, "message": "m"}}),
+        json!({"uid": "u", "allowed": false, "status": {"code": 500, "message":
+            "jumppod validating pass (the object as stored, after every mutating webhook): m"}}))]
+    #[case::an_allowance_without_a_patch_is_kept(
+        json!({"uid": "u", "allowed": true}), json!({"uid": "u", "allowed": true}))]
+    fn a_validating_answer_never_patches(#[case] response: Value, #[case] expected: Value) {
+        assert_eq!(validation(envelope(response)), envelope(expected));
+    }
+
+    #[rstest]
+    #[case::no_settings(json!(null), json!({"mutate": false}))]
+    #[case::mutation_on(json!({"mutate": true, "cpu": {"default": "1"}}), json!({"mutate": false, "cpu": {"default": "1"}}))]
+    fn the_validating_pass_runs_with_mutation_off(
+        #[case] settings: Value,
+        #[case] expected: Value,
+    ) {
+        assert_eq!(validating_settings(&settings), expected);
+    }
+
+    /// The bare legacy pod as the mutating pass left it, then as a later mutating webhook (a
+    /// sidecar injector) left it: the first passes the validating pass, the second is refused.
+    #[test]
+    fn the_validating_pass_admits_a_mutated_legacy_pod_and_refuses_what_a_later_mutation_broke() {
+        use base64::Engine as _;
+        let mut body: Value = serde_json::from_str(include_str!(
+            "../../../policy/test_data/admission_review_legacy_bare_pod_create.json"
+        ))
+        .unwrap();
+        let mutated = answer(body.to_string().as_bytes());
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(
+                mutated["patch"]
+                    .as_str()
+                    .expect("the mutating pass patches"),
+            )
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+        let validated = |body: &Value| {
+            validate(&Native, &json!({}), body.to_string().as_bytes())["response"].clone()
+        };
+        assert_eq!(
+            validated(&body),
+            json!({"uid": "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41", "allowed": true})
+        );
+
+        body["request"]["object"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "sidecar", "image": "busybox"}));
+        let refused = validated(&body);
+        assert_eq!(refused["allowed"], false, "{refused}");
+        assert_eq!(refused.get("patch"), None);
+        let message = refused["status"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("jumppod validating pass")
+                && message.contains(
+                    "container \"sidecar\": resources.requests.cpu is missing (would be set to 500m)"
+                ),
+            "{message}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! routes (`POST /mutate`, `/healthz`, `/readyz`).
 
 use super::reload::Reloading;
-use super::{PATH, envelope, refuse, review};
+use super::{PATH, VALIDATE_PATH, envelope, refuse, review, validate};
 use crate::config::ConfigError;
 use crate::error::HostError;
 use bytes::Bytes;
@@ -262,7 +262,8 @@ async fn handle(
         (&Method::GET, "/healthz" | "/readyz") => {
             reply(StatusCode::OK, "text/plain", b"ok\n".to_vec())
         }
-        (&Method::POST, PATH) => {
+        (&Method::POST, path @ (PATH | VALIDATE_PATH)) => {
+            let validating = path == VALIDATE_PATH;
             let started = Instant::now();
             let body = match read_body(req.into_body()).await {
                 Ok(body) => body,
@@ -283,7 +284,10 @@ async fn handle(
             tracing::debug!(%uid, "review started");
             // wasmtime runs synchronously: off the reactor, on the blocking pool.
             let review =
-                tokio::task::spawn_blocking(move || review(policy.as_ref(), &settings, &body))
+                tokio::task::spawn_blocking(move || match validating {
+                    true => validate(policy.as_ref(), &settings, &body),
+                    false => review(policy.as_ref(), &settings, &body),
+                })
                     .await
                     .unwrap_or_else(|e| {
                         envelope(refuse(
@@ -295,6 +299,7 @@ async fn handle(
             let response = &review["response"];
             tracing::info!(
                 uid = %response["uid"],
+                validating,
                 allowed = %response["allowed"],
                 patched = response.get("patch").is_some(),
                 message = %response["status"]["message"],
@@ -310,7 +315,7 @@ async fn handle(
         (_, path) => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            format!("jumppod webhook: no {path} here; AdmissionReviews go to POST {PATH}\n")
+            format!("jumppod webhook: no {path} here; AdmissionReviews go to POST {PATH} or {VALIDATE_PATH}\n")
                 .into_bytes(),
         ),
     }

@@ -13,7 +13,9 @@ use jumppod::schema;
 use jumppod_e2e::audit::Audit;
 use jumppod_host::api::Kube;
 use jumppod_host::rbac::{self, RULES, Rule};
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, Secret, Service};
@@ -633,8 +635,9 @@ async fn revoke(admin: &Kube, ns: &str, user: &str) {
 }
 
 /// Leaves nothing of a scenario behind on the shared control plane: its webhook
-/// configuration, what it granted its `users`, the nodes it added, its namespace. Called from
-/// `Drop`, so on a panic too: Drop cannot await, so on a thread and a runtime of its own.
+/// configurations (jumppod's two and the test's own sidecar injector), what it granted its
+/// `users`, the nodes it added, its namespace. Called from `Drop`, so on a panic too: Drop
+/// cannot await, so on a thread and a runtime of its own.
 pub fn clean_up_after(ns: &str, users: Vec<String>) {
     let ns = ns.to_owned();
     let cleanup = std::thread::spawn(move || {
@@ -644,7 +647,14 @@ pub fn clean_up_after(ns: &str, users: Vec<String>) {
             .expect("a runtime for the cleanup");
         runtime.block_on(async {
             let admin = admin().await;
-            let _ = Api::<MutatingWebhookConfiguration>::all(admin.client.clone())
+            let mutating = Api::<MutatingWebhookConfiguration>::all(admin.client.clone());
+            for name in [
+                webhook_configuration_name(&ns),
+                sidecar_configuration_name(&ns),
+            ] {
+                let _ = mutating.delete(&name, &Default::default()).await;
+            }
+            let _ = Api::<ValidatingWebhookConfiguration>::all(admin.client.clone())
                 .delete(&webhook_configuration_name(&ns), &Default::default())
                 .await;
             for user in &users {
@@ -763,8 +773,15 @@ impl Webhook {
         (head.lines().next().unwrap().to_owned(), body.to_owned())
     }
 
-    /// What `jumppod webhook-configuration` prints to register this webhook for `ns`.
+    /// The MutatingWebhookConfiguration of [`Webhook::configurations`].
     pub fn configuration(&self, failure_policy: &str, ns: &str) -> Value {
+        let [mutating, _] = self.configurations(failure_policy, ns);
+        mutating
+    }
+
+    /// What `jumppod webhook-configuration -o json` prints to register this webhook for `ns`:
+    /// a List of its MutatingWebhookConfiguration and its ValidatingWebhookConfiguration.
+    pub fn configurations(&self, failure_policy: &str, ns: &str) -> [Value; 2] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
             .args([
                 "webhook-configuration",
@@ -777,7 +794,7 @@ impl Webhook {
                 "--only-namespace",
                 ns,
                 "--url",
-                &format!("https://{}/mutate", self.addr),
+                &format!("https://{}", self.addr),
             ])
             .arg("--ca-bundle")
             .arg(cluster_dir().join("webhook/ca.crt"))
@@ -788,7 +805,14 @@ impl Webhook {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).unwrap()
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(list["kind"], "List", "{list}");
+        let [mutating, validating] =
+            <[Value; 2]>::try_from(list["items"].as_array().unwrap().clone())
+                .unwrap_or_else(|items| panic!("two configurations, got {items:?}"));
+        assert_eq!(mutating["kind"], "MutatingWebhookConfiguration");
+        assert_eq!(validating["kind"], "ValidatingWebhookConfiguration");
+        [mutating, validating]
     }
 }
 
@@ -808,9 +832,16 @@ impl Drop for Webhook {
     }
 }
 
-/// The name of the webhook configuration that sends a scenario's namespace to the policy.
+/// The name of the webhook configurations that send a scenario's namespace to the policy.
 pub fn webhook_configuration_name(ns: &str) -> String {
     format!("jumppod-{ns}")
+}
+
+/// The name of a scenario's own sidecar-injecting MutatingWebhookConfiguration: after
+/// jumppod's, as the API server orders mutating configurations by name (k8s.io/apiserver
+/// v0.36 `MutatingWebhookConfigurationSorter.ByName`).
+pub fn sidecar_configuration_name(ns: &str) -> String {
+    format!("{}-sidecar", webhook_configuration_name(ns))
 }
 
 /// The policy as the API server's admission webhook for the pods and ReplicaSets of `ns`
@@ -848,4 +879,107 @@ pub async fn policy_webhook_for(admin: &Kube, ns: &str) {
         })
     })
     .await;
+}
+
+/// The test's own mutating webhook, a sidecar injector as a cluster may run beside jumppod:
+/// it adds a container without resources to every pod labelled `sidecar=yes` of `ns`. A tiny
+/// HTTPS server (hyper, rustls) with the control plane's webhook pair; it stops when dropped.
+pub struct Sidecar {
+    pub addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sidecar {
+    /// The label a pod carries to get the sidecar.
+    pub const LABEL: (&'static str, &'static str) = ("sidecar", "yes");
+
+    pub async fn start() -> Sidecar {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let dir = cluster_dir().join("webhook");
+        let chain = CertificateDer::pem_file_iter(dir.join("tls.crt"))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(dir.join("tls.key")).unwrap();
+        let mut config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(Sidecar::answer);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Sidecar { addr, task }
+    }
+
+    /// Allows the pod with a JSONPatch appending the container.
+    async fn answer(
+        req: hyper::Request<hyper::body::Incoming>,
+    ) -> Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, hyper::Error> {
+        use base64::Engine as _;
+        use http_body_util::BodyExt as _;
+        let body = req.into_body().collect().await?.to_bytes();
+        let review: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let patch = json!([{"op": "add", "path": "/spec/containers/-",
+                            "value": {"name": "sidecar", "image": "busybox"}}]);
+        let answer = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": true, "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string())}});
+        Ok(hyper::Response::builder()
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                answer.to_string(),
+            )))
+            .unwrap())
+    }
+
+    /// Its MutatingWebhookConfiguration for the pods of `ns` ([`sidecar_configuration_name`]):
+    /// called after jumppod's, never again (reinvocationPolicy Never, as jumppod's).
+    pub fn configuration(&self, ns: &str) -> MutatingWebhookConfiguration {
+        use base64::Engine as _;
+        let ca = std::fs::read(cluster_dir().join("webhook/ca.crt")).unwrap();
+        typed(json!({
+            "metadata": {"name": sidecar_configuration_name(ns)},
+            "webhooks": [{
+                "name": "sidecar.jumppod.test",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+                "timeoutSeconds": 10,
+                "clientConfig": {"url": format!("https://{}/", self.addr),
+                                 "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "objectSelector": {"matchLabels": {Sidecar::LABEL.0: Sidecar::LABEL.1}},
+            }]
+        }))
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
