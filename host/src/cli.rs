@@ -192,8 +192,10 @@ pub enum Command {
         /// The CA that signed the webhook's serving certificate (PEM).
         #[arg(long, value_name = "FILE")]
         ca_bundle: PathBuf,
-        /// What the API server does when the webhook cannot be reached or times out: Fail
-        /// refuses the pod (the contract holds), Ignore admits it unchecked.
+        /// What the API server does when the call fails (the webhook unreachable, a timeout,
+        /// an error status): Fail refuses the object, Ignore admits it unchecked. A policy
+        /// that traps or reaches its deadline is not a failed call: the webhook answers
+        /// allowed: false (code 500), which the API server enforces under Ignore too.
         #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
         failure_policy: String,
         /// Only these namespaces' pods and ReplicaSets (repeatable; default: every namespace

@@ -611,6 +611,40 @@ async fn a_jump_pod_a_later_mutating_webhook_breaks_is_refused_by_the_validating
     );
 }
 
+/// `--failure-policy Ignore` (issue 21 §6) applies when the call fails, not when the policy
+/// does: a module that spins until its 2 s epoch deadline gets an answer of allowed: false
+/// (code 500, as policy-server answers), which the API server enforces under Ignore too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_ignore_a_policy_past_its_deadline_still_refuses_a_jump_pod() {
+    let admin = admin().await;
+    let ns = "rc-webhook-deadline";
+    let _cleanup = CleanUp(ns.into());
+    namespace(&admin, ns).await;
+    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
+    let spin = std::env::var("JUMPPOD_SPIN_WASM")
+        .expect("JUMPPOD_SPIN_WASM: the spinning module `make spin` builds");
+    let webhook = tokio::task::spawn_blocking(move || Webhook::start_with(&spin))
+        .await
+        .unwrap();
+    register(&admin, ns, &[webhook.configuration("Ignore", ns)]).await;
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let refused = wait_for("the webhook to refuse a dry-run jump pod", || async {
+        pods.create(&dry, &jump_pod("spin", &[]))
+            .await
+            .err()
+            .map(|e| e.to_string())
+    })
+    .await;
+    assert!(
+        refused.contains("admission webhook \"jump-pods.jumppod.dstack.ai\" denied the request: jumppod webhook: the policy failed")
+            && refused.contains("interrupt"),
+        "the deadline's trap, enforced under Ignore: {refused}"
+    );
+}
+
 /// 12 (common/both.rs): a configuration below the floor; nothing written, no namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write() {

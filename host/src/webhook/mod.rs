@@ -72,16 +72,6 @@ pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
     envelope(response)
 }
 
-/// The answer with its warnings cut to what the API server keeps whole.
-fn fitted(mut response: Value) -> Value {
-    if let Some(warnings) = response.get_mut("warnings")
-        && let Ok(list) = serde_json::from_value::<Vec<String>>(warnings.clone())
-    {
-        *warnings = json!(answer::fit_warnings(&list));
-    }
-    response
-}
-
 /// The validating pass: the policy's verdict on the object as it will be stored, after every
 /// mutating webhook (Kubernetes runs validating webhooks after all mutating ones, and does not
 /// order mutating webhooks of different configurations by anything but their names). The
@@ -121,6 +111,16 @@ pub fn validation(mut review: Value) -> Value {
         }
     }
     review
+}
+
+/// The answer with its warnings cut to what the API server keeps whole.
+fn fitted(mut response: Value) -> Value {
+    if let Some(warnings) = response.get_mut("warnings")
+        && let Ok(list) = serde_json::from_value::<Vec<String>>(warnings.clone())
+    {
+        *warnings = json!(answer::fit_warnings(&list));
+    }
+    response
 }
 
 /// A refusal: allowed false, with the code and what is wrong.
@@ -257,6 +257,7 @@ mod tests {
     ) {
         assert_eq!(reviewed(request), expected);
     }
+
     #[rstest]
     #[case::a_patch_and_its_type_are_removed(
         json!({"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": "W10=", "warnings": ["w"]}),

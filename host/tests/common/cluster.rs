@@ -695,15 +695,20 @@ impl Webhook {
     const START: Duration = Duration::from_secs(120);
 
     pub fn start() -> Webhook {
-        use std::io::BufRead as _;
         let module = std::env::var("JUMPPOD_POLICY_WASM")
             .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../policy.wasm").into());
+        Webhook::start_with(&module)
+    }
+
+    /// `jumppod webhook --policy module`.
+    pub fn start_with(module: &str) -> Webhook {
+        use std::io::BufRead as _;
         let dir = cluster_dir().join("webhook");
         let mut child = std::process::Command::new("sh")
             .arg("-c")
             .arg(r#""$0" "$@" & read -r _line; kill "$!"; wait "$!""#)
             .arg(env!("CARGO_BIN_EXE_jumppod"))
-            .args(["webhook", "--listen", "127.0.0.1:0", "--policy", &module])
+            .args(["webhook", "--listen", "127.0.0.1:0", "--policy", module])
             .arg("--tls-cert")
             .arg(dir.join("tls.crt"))
             .arg("--tls-key")
