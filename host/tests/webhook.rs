@@ -377,18 +377,21 @@ async fn healthz_and_readyz_answer_ok_without_calling_the_policy() {
 
 /// What the webhook does not serve is a 404 saying where reviews go, and no policy call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unknown_path_or_method_gets_404_naming_post_mutate() {
+async fn an_unknown_path_or_method_gets_404_naming_post_mutate_and_validate() {
     let webhook = Webhook::start(&spin_wasm()).await;
     for (method, path) in [
         ("GET", "/metrics"),
-        ("POST", "/validate"),
+        ("POST", "/review"),
         ("GET", "/mutate"),
+        ("GET", "/validate"),
     ] {
         let (status, body) = webhook.request(method, path, "{}").await;
         assert_eq!(status, 404, "{method} {path}: {body}");
         assert_eq!(
             body,
-            format!("jumppod webhook: no {path} here; AdmissionReviews go to POST /mutate\n"),
+            format!(
+                "jumppod webhook: no {path} here; AdmissionReviews go to POST /mutate or /validate\n"
+            ),
             "{method} {path}"
         );
     }
