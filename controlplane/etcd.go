@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -62,10 +63,16 @@ func startEtcd(dir string, timeout time.Duration) (*embed.Etcd, string, error) {
 	}
 }
 
-// freePorts asks the kernel for n distinct free loopback ports. The listeners
-// are closed before the ports are used, so another process could take one in
-// between; the component then fails to bind and `up` names it.
+// freePorts finds n distinct free loopback ports below the kernel's ephemeral
+// range (net.ipv4.ip_local_port_range) and below the NodePort range. A port the
+// kernel hands out for ":0" is an ephemeral one, and every outgoing connection
+// draws from the same range: with the kubelets and kube-proxy bound seconds
+// after the ports were found, a test's client connection took kube-proxy's
+// healthz port once and the real nodes never came up. Below that range only a
+// process that binds on purpose can take a port in between, and then the
+// component fails to bind and `up` names it.
 func freePorts(n int) ([]int, error) {
+	low, high := portWindow()
 	listeners := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range listeners {
@@ -73,13 +80,31 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("finding %d free ports in %d-%d: only %d after %d tries", n, low, high-1, len(ports), tries)
+		}
+		port := low + rand.IntN(high-low)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
+			continue
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// portWindow is [low, high): from 10000 up to the first of the ephemeral range
+// and the NodePort range (30000-32767, the apiserver's default), which
+// kube-proxy owns.
+func portWindow() (int, int) {
+	low, high := 10000, 30000
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var first, last int
+		if _, err := fmt.Sscan(string(data), &first, &last); err == nil && first > low+1000 && first < high {
+			high = first
+		}
+	}
+	return low, high
 }
