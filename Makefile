@@ -45,10 +45,14 @@ sshd:
 ## policy: build the Kubewarden policy (policy.wasm at the top of the repo)
 policy: policy.wasm
 
-policy.wasm: $(POLICY_SRC) | setup
-	$(CARGO) build -p jumppod-policy --target $(WASM_TARGET) --release
+# The tests load the build's own file ($(POLICY_WASM)): it is a target of its own, so that a
+# target directory removed under an older policy.wasm is built again.
+policy.wasm: $(POLICY_WASM)
 	cp $(POLICY_WASM) $@
 	@echo "policy.wasm: $$(wc -c < $@) bytes"
+
+$(POLICY_WASM): $(POLICY_SRC) | setup
+	$(CARGO) build -p jumppod-policy --target $(WASM_TARGET) --release
 
 ## annotated-policy.wasm: policy.wasm with metadata.yml and policy/README.md (needs kwctl)
 annotated-policy.wasm: policy.wasm policy/metadata.yml policy/README.md
@@ -162,7 +166,7 @@ real-node-check: real-node-deps real-node-images
 ## real-node-scenarios: the host's own scenarios on real nodes (host/tests/real_node.rs): the
 ## ReplicaSet `ensure` creates, its pod's sshd reached by OpenSSH through the NodePort, evicted
 ## and reached again; inside a control plane of its own with 2 real nodes
-real-node-scenarios: real-node-deps real-node-images sshd $(CONTROLPLANE)
+real-node-scenarios: policy real-node-deps real-node-images sshd $(CONTROLPLANE)
 	nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --real-node-images $(REAL_NODE_IMAGES) \
 	  --dir $(TARGET_DIR)/controlplane/real-node -- \
 	  $(CARGO) test -p jumppod-host --features real-node --test real_node -- --nocapture

@@ -706,7 +706,8 @@ impl Webhook {
         let dir = cluster_dir().join("webhook");
         let mut child = std::process::Command::new("sh")
             .arg("-c")
-            .arg(r#""$0" "$@" & read -r _line; kill "$!"; wait "$!""#)
+            // `sh` lets go of the pipe at once, so a webhook that exits early closes it.
+            .arg(r#""$0" "$@" & exec >/dev/null; read -r _line; kill "$!"; wait "$!""#)
             .arg(env!("CARGO_BIN_EXE_jumppod"))
             .args(["webhook", "--listen", "127.0.0.1:0", "--policy", module])
             .arg("--tls-cert")
