@@ -4,22 +4,25 @@
 //! client reaches it through the Service's NodePort on 127.0.0.1. What the fake nodes of
 //! `real_cluster.rs` cannot show: that the pod really serves SSH with the project's key, that
 //! each pod makes its own host key (the image ships baked-in ones), that the kernel holds the
-//! pod to the limits the policy checked (its cgroup), and that a pod the Eviction API removes
-//! is replaced and reached again on the same NodePort.
+//! pod to the limits the policy checked (its cgroup), that a pod the Eviction API removes is
+//! replaced and reached again on the same NodePort, and that a pre-#3891 server's bare pod,
+//! sized by the real `jumppod webhook`, runs Guaranteed.
 //!
 //! `make real-node-scenarios` runs this file inside a control plane with real nodes (feature
 //! `real-node`); it needs root, as the real nodes do.
 
 mod common;
 
-use common::cluster::{CleanUp, admin, cluster_dir, namespace, wait_for_up_to};
+use common::cluster::{
+    CleanUp, admin, cluster_dir, namespace, policy_webhook_for, typed, wait_for_up_to,
+};
 use jumppod_host::api::Kube;
 use jumppod_host::config::{Config, RawConfig};
 use jumppod_host::{Gate, resolve};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
-use kube::api::{EvictParams, ListParams};
-use serde_json::Value;
+use kube::api::{EvictParams, ListParams, PostParams};
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -209,6 +212,28 @@ async fn pods(kube: &Kube, ns: &str) -> Vec<Pod> {
         .items
 }
 
+/// The kernel holds `pod` to the jump pod's default size: a Guaranteed pod's cgroup sits
+/// directly under kubepods (cgroupfs driver, cgroup v1 here, the node's own cgroup root), with
+/// the limits the policy checked as equal to the requests: 1Gi of memory, 500m of cpu (a 50 ms
+/// quota per 100 ms period).
+fn held_to_the_default_size(pod: &Pod) {
+    let uid = pod.metadata.uid.clone().unwrap();
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    let cgroup = |controller: &str, file: &str| {
+        let path = format!("/sys/fs/cgroup/{controller}/jumppod-{node}/kubepods/pod{uid}/{file}");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        cgroup("memory", "memory.limit_in_bytes"),
+        (1u64 << 30).to_string()
+    );
+    assert_eq!(cgroup("cpu", "cpu.cfs_quota_us"), "50000");
+    assert_eq!(cgroup("cpu", "cpu.cfs_period_us"), "100000");
+}
+
 #[tokio::test]
 async fn the_jump_pod_ensure_creates_serves_ssh_on_a_real_node_and_its_replacement_keeps_the_nodeport()
  {
@@ -237,23 +262,8 @@ async fn the_jump_pod_ensure_creates_serves_ssh_on_a_real_node_and_its_replaceme
     assert!(node.starts_with("real-node-"), "{first} runs on {node}");
     eprintln!("{first} reached by ssh on {node} through NodePort {port}");
 
-    // And the kernel holds it to its size: a Guaranteed pod's cgroup sits directly under
-    // kubepods (cgroupfs driver, cgroup v1 here), with the limits the policy checked as equal
-    // to the requests: 1Gi of memory, 500m of cpu (a 50 ms quota per 100 ms period).
-    let uid = pod.metadata.uid.clone().unwrap();
-    let cgroup = |controller: &str, file: &str| {
-        let path = format!("/sys/fs/cgroup/{controller}/jumppod-{node}/kubepods/pod{uid}/{file}");
-        std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
-            .trim()
-            .to_owned()
-    };
-    assert_eq!(
-        cgroup("memory", "memory.limit_in_bytes"),
-        (1u64 << 30).to_string()
-    );
-    assert_eq!(cgroup("cpu", "cpu.cfs_quota_us"), "50000");
-    assert_eq!(cgroup("cpu", "cpu.cfs_period_us"), "100000");
+    // And the kernel holds it to its size.
+    held_to_the_default_size(&pod);
 
     // A stranger's key is refused by the same sshd.
     let (stranger_key, _) = key_pair(&dir.join("stranger"));
@@ -304,4 +314,59 @@ async fn the_jump_pod_ensure_creates_serves_ssh_on_a_real_node_and_its_replaceme
         names.contains(&second),
         "{second} missing from the namespace's pods {names:?}"
     );
+}
+
+#[tokio::test]
+async fn a_bare_legacy_pod_the_webhook_mutated_runs_guaranteed_on_a_real_node() {
+    let nodes = real_nodes();
+    let ns = "real-node-webhook";
+    let _cleanup = CleanUp(ns.into());
+    let kube = admin().await;
+    namespace(&kube, ns).await;
+    policy_webhook_for(&kube, ns).await;
+
+    // What a dstack server before #3891 creates: the legacy label alone, no resources
+    // (BestEffort), here placed on the real nodes and kept running by a shell.
+    let name = jumppod::schema::jump_pod_name("main");
+    let legacy: Pod = typed(json!({
+        "metadata": {"name": name, "labels": jumppod::schema::legacy_selector(&name)},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "nodeSelector": {&nodes.label.0: &nodes.label.1},
+            "tolerations": [{"key": &nodes.taint_key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+            "containers": [{
+                "name": jumppod::schema::container_name(&name),
+                "image": &nodes.sshd_image,
+                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"],
+            }],
+        },
+    }));
+    let pods = Api::<Pod>::namespaced(kube.client.clone(), ns);
+    let created = pods
+        .create(&PostParams::default(), &legacy)
+        .await
+        .expect("the API server admits the legacy pod through the webhook");
+    let labels = created.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get(jumppod::schema::INSTANCE_LABEL),
+        Some(&name),
+        "the webhook labels it: {labels:?}"
+    );
+    let running = wait_for_up_to(
+        "the mutated legacy pod to run on a real node",
+        POD_UP,
+        || async {
+            pods.get(&name)
+                .await
+                .ok()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        },
+    )
+    .await;
+    assert_eq!(
+        running.status.as_ref().and_then(|s| s.qos_class.as_deref()),
+        Some("Guaranteed")
+    );
+    held_to_the_default_size(&running);
 }
