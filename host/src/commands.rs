@@ -274,10 +274,9 @@ async fn keys(global: &Global, printer: &Printer, action: KeysAction) -> Result<
     }
 }
 
-/// `NAMESPACE/NAME[:PORT]`.
-#[cfg(feature = "wasm")]
 /// `--url`: https://HOST[:PORT][/PREFIX], the base each configuration appends its path to;
 /// a trailing /mutate (what this flag took before the validating configuration) is dropped.
+#[cfg(feature = "wasm")]
 fn parse_url(text: &str) -> Result<crate::webhook::Endpoint, ConfigError> {
     let bad = |problem: &str| ConfigError {
         field: "--url".into(),
@@ -301,6 +300,7 @@ fn parse_url(text: &str) -> Result<crate::webhook::Endpoint, ConfigError> {
 /// The namespaces the configurations send: `--only-namespace`, never kube-system nor the
 /// webhook's own (`--webhook-namespace`, else the Service's), so that they can start pods
 /// while the webhook is down (Kubernetes: "Avoiding deadlocks in self-hosted webhooks").
+#[cfg(feature = "wasm")]
 fn webhook_scope(
     endpoint: &crate::webhook::Endpoint,
     webhook_namespace: Option<String>,
@@ -340,6 +340,8 @@ fn webhook_scope(
     Ok(crate::webhook::Scope { only, left_out })
 }
 
+/// `NAMESPACE/NAME[:PORT]`.
+#[cfg(feature = "wasm")]
 fn parse_service(text: &str) -> Result<crate::webhook::Endpoint, ConfigError> {
     let bad = |problem: &str| ConfigError {
         field: "--service".into(),
