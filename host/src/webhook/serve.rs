@@ -195,19 +195,21 @@ async fn connection(
     }
 }
 
+/// A response of `status` with `body`, of `content_type`.
+fn reply(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, content_type)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_default()
+}
+
 /// The answers before the module is compiled and its settings accepted: alive, not ready, and
 /// a review refused with 503 under its uid (an empty uid makes the API server count the call
 /// as failed).
 async fn not_ready(req: Request<Incoming>) -> Response<Full<Bytes>> {
     const NOT_READY: &str =
         "jumppod webhook: not ready: the policy module is being compiled and its settings checked";
-    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
-        Response::builder()
-            .status(status)
-            .header(hyper::header::CONTENT_TYPE, content_type)
-            .body(Full::new(Bytes::from(body)))
-            .unwrap_or_default()
-    };
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => reply(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
         (&Method::POST, _) => {
@@ -251,13 +253,6 @@ async fn handle(
     policy: &Arc<dyn Policy>,
     settings: &Value,
 ) -> Response<Full<Bytes>> {
-    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
-        Response::builder()
-            .status(status)
-            .header(hyper::header::CONTENT_TYPE, content_type)
-            .body(Full::new(Bytes::from(body)))
-            .unwrap_or_default()
-    };
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz" | "/readyz") => {
             reply(StatusCode::OK, "text/plain", b"ok\n".to_vec())
