@@ -36,6 +36,10 @@ type upOptions struct {
 	// (realnode.go), from the images in realNodeImages.
 	realNodes      int
 	realNodeImages string
+	// pressureHeadroom > 0: the last real node evicts for memory once the
+	// machine's available memory falls this far below what it was when the
+	// node started (realnode.go pressureConfig).
+	pressureHeadroom int64
 }
 
 // cluster is a running control plane: embedded etcd, three child processes

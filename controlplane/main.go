@@ -20,6 +20,7 @@ import (
 	_ "time/tzdata" // CronJob time zones, as upstream's mains import it
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"          // JSON log format, as upstream's mains
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as upstream's mains
@@ -101,6 +102,17 @@ func upFlags(name string) (*flag.FlagSet, *upOptions) {
 	fs.DurationVar(&o.startTimeout, "start-timeout", 180*time.Second, "how long every component together may take to become ready")
 	fs.IntVar(&o.realNodes, "real-nodes", 0, "number of real nodes (kubelet, containerd, one kube-proxy), tainted "+realNodeTaint+"=true:NoSchedule")
 	fs.StringVar(&o.realNodeImages, "real-node-images", defaultImagesDir(), "directory of pause.oci.tar and sshd.oci.tar (images/build.sh)")
+	fs.Func("pressure-headroom", "a quantity (e.g. 2Gi): the last real node gets a soft memory eviction threshold this far below the memory available when it starts, and the taint "+pressureTaint+"=true:NoSchedule; for a test that presses it by allocating more than that", func(v string) error {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return err
+		}
+		if q.Sign() <= 0 {
+			return fmt.Errorf("%s: must be more than 0", v)
+		}
+		o.pressureHeadroom = q.Value()
+		return nil
+	})
 	return fs, o
 }
 

@@ -42,6 +42,9 @@ const (
 	// nor the selector.
 	realNodeLabel = "jumppod.test/real-node"
 	realNodeTaint = "jumppod.test/real-node"
+	// PressureTaint keeps every pod but a memory-pressure test's off the node
+	// whose kubelet evicts at a threshold near the machine's free memory.
+	pressureTaint = "jumppod.test/memory-pressure"
 
 	// The images `images/build.sh` makes, imported into every node's containerd.
 	pauseImage = "localhost/jumppod/pause:1"
@@ -86,6 +89,17 @@ type realNodesInfo struct {
 	Bridge      string         `json:"bridge"`
 	PodSubnet   string         `json:"pod_subnet"`
 	NodePortsOn string         `json:"nodeports_on"`
+	Pressure    *pressureInfo  `json:"pressure,omitempty"`
+}
+
+// pressureInfo is the node of --pressure-headroom: its soft memory threshold and
+// what it was computed from, in bytes.
+type pressureInfo struct {
+	Node             string `json:"node"`
+	Taint            string `json:"taint"`
+	AvailableAtStart int64  `json:"available_at_start"`
+	Headroom         int64  `json:"headroom"`
+	Threshold        int64  `json:"threshold"`
 }
 
 type realNodeInfo struct {
@@ -121,6 +135,9 @@ type realNodes struct {
 	imagesDir string
 	// startTimeout is up's --start-timeout, for failure messages.
 	startTimeout time.Duration
+	// headroom is up's --pressure-headroom; pressure what it set up.
+	headroom int64
+	pressure *pressureInfo
 }
 
 // realNodeTools are what the real nodes need from Debian (make real-node-deps).
@@ -134,7 +151,7 @@ var realNodeTools = []string{
 // kubeconfigs startCluster wrote (the nodes' and kube-proxy's included).
 func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOptions, users map[string]string, admin kubernetes.Interface) error {
 	r := &realNodes{c: c, dir: filepath.Join(c.dir, "nodes"), tunables: map[string]string{},
-		imagesDir: opts.realNodeImages, startTimeout: opts.startTimeout}
+		imagesDir: opts.realNodeImages, startTimeout: opts.startTimeout, headroom: opts.pressureHeadroom}
 	c.real = r
 	// Node N's addresses are 10.222.0.1N and 10.222.N.0/24.
 	if opts.realNodes > 9 {
@@ -218,7 +235,23 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 	// plugin, so nothing is lost.
 	for _, node := range r.nodes {
 		before := socketAt(devicePluginSocket)
-		if err := r.startKubelet(node, users[realNodeUser(node.name)], ports[2*node.index-2], ports[2*node.index-1]); err != nil {
+		var pressure *pressureInfo
+		if r.headroom > 0 && node == r.nodes[len(r.nodes)-1] {
+			// Measured last, just before this kubelet starts: the other nodes'
+			// containerds and kubelets are already counted in.
+			available, err := memoryAvailable()
+			if err != nil {
+				return fmt.Errorf("real nodes: --pressure-headroom: reading the machine's available memory: %w", err)
+			}
+			if available <= r.headroom {
+				return fmt.Errorf("real nodes: --pressure-headroom %d bytes: only %d bytes are available", r.headroom, available)
+			}
+			pressure = &pressureInfo{Node: node.name, Taint: pressureTaint + "=true:NoSchedule",
+				AvailableAtStart: available, Headroom: r.headroom, Threshold: available - r.headroom}
+			r.pressure = pressure
+			progress(start, "%s: evicts for memory below %d MiB available (%d MiB now)", node.name, pressure.Threshold>>20, available>>20)
+		}
+		if err := r.startKubelet(node, users[realNodeUser(node.name)], ports[2*node.index-2], ports[2*node.index-1], pressure); err != nil {
 			return err
 		}
 		if err := waitFor(ctx, node.kubelet, func(context.Context) error { return socketReplaced(devicePluginSocket, before) }); err != nil {
@@ -285,6 +318,7 @@ func (r *realNodes) info() *realNodesInfo {
 		SSHDImage: sshdImage, PauseImage: pauseImage,
 		Label: realNodeLabel + "=true", Taint: realNodeTaint + "=true:NoSchedule",
 		Bridge: realBridge, PodSubnet: realSubnet, NodePortsOn: "127.0.0.1",
+		Pressure: r.pressure,
 	}
 	for _, n := range r.nodes {
 		in.Nodes = append(in.Nodes, realNodeInfo{
@@ -485,7 +519,7 @@ func (r *realNodes) importImage(ctx context.Context, node *realNode, archive str
 	return nil
 }
 
-func kubeletConfig(node *realNode, port, healthzPort int) string {
+func kubeletConfig(node *realNode, port, healthzPort int, pressure *pressureInfo) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # cgroup v1 here (KEP-5573: refused unless said), no systemd, no swap.
@@ -524,12 +558,82 @@ registerWithTaints:
   - key: %s
     value: "true"
     effect: NoSchedule
-`, cgroupRoot(node.name), node.socket, node.ip, port, healthzPort, filepath.Join(node.dir, "pod-logs"), realNodeTaint)
+`, cgroupRoot(node.name), node.socket, node.ip, port, healthzPort, filepath.Join(node.dir, "pod-logs"), realNodeTaint) +
+		pressureConfig(pressure)
 }
 
-func (r *realNodes) startKubelet(node *realNode, kubeconfig string, port, healthzPort int) error {
+// pressureConfig is what the pressure node's configuration adds: its own taint
+// and a soft threshold on memory.available. Soft, because a hard threshold is
+// subtracted from the node's allocatable memory (one near the machine's free
+// memory leaves none for the pods), and a soft one is not. The grace and the
+// pods' longest stop are short so that a test sees each eviction in seconds.
+func pressureConfig(p *pressureInfo) string {
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprintf(`  - key: %s
+    value: "true"
+    effect: NoSchedule
+evictionSoft:
+  memory.available: "%d"
+evictionSoftGracePeriod:
+  memory.available: 5s
+evictionMaxPodGracePeriod: 5
+`, pressureTaint, p.Threshold)
+}
+
+// memoryAvailable is the machine's memory.available as the kubelet computes
+// it on cgroup v1 (eviction helpers.go makeSignalObservations, from cAdvisor):
+// the capacity (MemTotal) less the root memory cgroup's working set, its usage
+// less its inactive file pages.
+func memoryAvailable() (int64, error) {
+	meminfo, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, line := range strings.Split(string(meminfo), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kib, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo MemTotal %q: %w", f[1], err)
+			}
+			total = kib * 1024
+		}
+	}
+	usageText, err := os.ReadFile("/sys/fs/cgroup/memory/memory.usage_in_bytes")
+	if err != nil {
+		return 0, err
+	}
+	usage, err := strconv.ParseInt(strings.TrimSpace(string(usageText)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("memory.usage_in_bytes %q: %w", usageText, err)
+	}
+	stat, err := os.ReadFile("/sys/fs/cgroup/memory/memory.stat")
+	if err != nil {
+		return 0, err
+	}
+	var inactiveFile int64
+	for _, line := range strings.Split(string(stat), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "total_inactive_file" {
+			if inactiveFile, err = strconv.ParseInt(f[1], 10, 64); err != nil {
+				return 0, fmt.Errorf("memory.stat total_inactive_file %q: %w", f[1], err)
+			}
+		}
+	}
+	if total == 0 {
+		return 0, errors.New("/proc/meminfo has no MemTotal")
+	}
+	workingSet := usage - inactiveFile
+	if workingSet < 0 {
+		workingSet = 0
+	}
+	return total - workingSet, nil
+}
+
+func (r *realNodes) startKubelet(node *realNode, kubeconfig string, port, healthzPort int, pressure *pressureInfo) error {
 	config := filepath.Join(node.dir, "kubelet.yaml")
-	if err := writeFile(config, []byte(kubeletConfig(node, port, healthzPort)), 0o644); err != nil {
+	if err := writeFile(config, []byte(kubeletConfig(node, port, healthzPort, pressure)), 0o644); err != nil {
 		return err
 	}
 	ch, err := r.c.startSubcommand("kubelet-"+node.name, "kubelet", []string{
