@@ -17,7 +17,7 @@ export JUMPPOD_SPIN_WASM := $(SPIN_WASM)
 export JUMPPOD_NO_WASM_BIN := $(NO_WASM_DIR)/debug/jumppod
 CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
 
-.PHONY: all setup kubectl sshd policy accept-all spin no-wasm test lint fmt unit demo demo-real bench bench-controller e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: all setup kubectl sshd policy accept-all spin no-wasm test lint fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -115,6 +115,19 @@ bench-controller: setup $(CONTROLPLANE)
 	rm -rf $(TARGET_DIR)/controlplane/bench
 	$(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/bench -- \
 	  $(CARGO) bench -p jumppod-host --features real-cluster --bench controller
+
+## bench-webhook: `jumppod webhook` (bench profile: optimised, no LTO) over TLS on 127.0.0.1,
+## loaded by wrk (8 connections, 8 s per request) with an ordinary pod, a conforming jump pod and
+## a bare legacy pod it mutates: req/s, p50, p99, and its RSS at rest, while starting and after
+## the load (host/bench/webhook.sh). wrk, jq, curl and openssl from Debian's packages.
+BENCH_WEBHOOK_PACKAGES := wrk jq curl openssl
+bench-webhook: policy
+	@{ command -v wrk && command -v jq && command -v curl && command -v openssl; } >/dev/null 2>&1 || { \
+	  echo "bench-webhook: installing Debian's $(BENCH_WEBHOOK_PACKAGES) (wrk loads the webhook)"; \
+	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq $(BENCH_WEBHOOK_PACKAGES) || { apt-get update -qq && apt-get install -y -qq $(BENCH_WEBHOOK_PACKAGES); }; } >/dev/null; \
+	  else echo "run as root or install $(BENCH_WEBHOOK_PACKAGES) yourself" >&2; exit 1; fi; }
+	$(CARGO) build --profile bench -p jumppod-host --bin jumppod
+	host/bench/webhook.sh $(TARGET_DIR)/release/jumppod $(POLICY_WASM)
 
 ## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats
 e2e-kwctl: policy
