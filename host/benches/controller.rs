@@ -21,7 +21,7 @@ use criterion::{Criterion, SamplingMode};
 use futures::StreamExt;
 use jumppod::schema;
 use jumppod_host::api::Kube;
-use jumppod_host::manifest;
+use jumppod_plan::manifest;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;

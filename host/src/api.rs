@@ -50,7 +50,7 @@ pub async fn client(options: &ClientOptions) -> Result<(Client, String), HostErr
             kube::config::KubeconfigError::LoadContext(name)
                 if options.context.as_ref() == Some(&name) =>
             {
-                HostError::Config(crate::config::ConfigError {
+                HostError::Config(jumppod_plan::config::ConfigError {
                     field: "--context".into(),
                     value: name,
                     problem: format!("{what}: it has no such context"),

@@ -3,10 +3,10 @@
 //! whose uid precondition fails (409 Conflict: the object was replaced in between) deletes
 //! nothing and is reported. Transient errors are retried within the deadline (see `api`).
 
-use crate::action::Action;
 use crate::api::{Kube, Op, explain, is_already_exists, is_not_found, is_precondition_failed};
 use crate::error::HostError;
-use crate::objects::{name_of, node_port};
+use jumppod_plan::action::Action;
+use jumppod_plan::objects::{name_of, node_port};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::Api;

@@ -1,12 +1,12 @@
 //! The command line: its types, and how flags and the configuration file combine (flags win).
 
-use crate::config::{self, RawConfig};
 use crate::error::HostError;
 use crate::rbac;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use jumppod_plan::config::{self, RawConfig};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const ABOUT: &str = "Keeps dstack's SSH jump pod alive: a ReplicaSet of one Guaranteed pod and a NodePort Service, checked by the jumppod admission policy";
@@ -389,6 +389,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// Reads a configuration file, YAML or JSON (JSON is YAML); the planning crate parses it.
+pub fn config_file(path: &Path) -> Result<RawConfig, config::ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| config::ConfigError {
+        field: "--config".into(),
+        value: path.display().to_string(),
+        problem: format!("cannot read it: {e}"),
+    })?;
+    RawConfig::from_text(&text).map_err(|mut e| {
+        e.field = format!("{} in {}", e.field, path.display());
+        e
+    })
+}
+
 pub fn json_arg(field: &str, text: &str) -> Result<Value, HostError> {
     let text = match text.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).map_err(|e| config::ConfigError {
@@ -411,7 +424,7 @@ impl Target {
     /// The configuration file overridden by the flags.
     pub fn raw(&self) -> Result<RawConfig, HostError> {
         let file = match &self.project.config {
-            Some(path) => RawConfig::from_file(path)?,
+            Some(path) => config_file(path)?,
             None => RawConfig::default(),
         };
         let ssh_public_key = match (&self.ssh_public_key, &self.ssh_public_key_file) {

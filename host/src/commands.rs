@@ -1,16 +1,18 @@
 //! Runs a parsed command line: connects, calls the command, prints its report.
 
 use crate::api::{self, ClientOptions, Kube};
+use crate::cli::config_file;
 #[cfg(feature = "wasm")]
 use crate::cli::json_arg;
 use crate::cli::{Cli, Command, Global, KeysAction, Output, RunArgs, Target};
-use crate::config::RawConfig;
-use crate::config::{self, ConfigError};
-use crate::controller::lease::Timing;
 use crate::controller::{self, Clients, Election};
 use crate::error::HostError;
 use crate::gate::Gate;
-use crate::{Config, rbac, resolve, status};
+use crate::{rbac, resolve, status};
+use jumppod_plan::Config;
+use jumppod_plan::config::RawConfig;
+use jumppod_plan::config::{self, ConfigError};
+use jumppod_plan::lease::Timing;
 use serde::Serialize;
 use serde_json::json;
 
@@ -253,9 +255,9 @@ async fn keys(global: &Global, printer: &Printer, action: KeysAction) -> Result<
                 })?,
                 (None, None) => String::new(),
             };
-            Some(crate::keys::Change::add(&text, name.as_deref())?)
+            Some(jumppod_plan::keys::Change::add(&text, name.as_deref())?)
         }
-        KeysAction::Remove { key, .. } => Some(crate::keys::Change::remove(key)?),
+        KeysAction::Remove { key, .. } => Some(jumppod_plan::keys::Change::remove(key)?),
         KeysAction::List { .. } => None,
     };
     let project = match &action {
@@ -401,7 +403,7 @@ fn default_identity() -> String {
 
 async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError> {
     let file = match &args.config {
-        Some(path) => RawConfig::from_file(path)?,
+        Some(path) => config_file(path)?,
         None => RawConfig::default(),
     };
     if let Some(field) = per_project_fields(&file) {

@@ -1,15 +1,15 @@
 //! `ensure`: what dstack's `run_job()` does for the jump pod. observe -> plan -> the gate's
 //! policy check -> apply -> report.
 
-use crate::action::Finding;
 use crate::api::Kube;
 use crate::apply::{Applied, Outcome, apply};
-use crate::config::{Config, ConfigError};
 use crate::error::HostError;
 use crate::gate::Gate;
-use crate::manifest::Desired;
 use crate::observe;
-use crate::plan;
+use jumppod_plan::action::Finding;
+use jumppod_plan::config::{Config, ConfigError};
+use jumppod_plan::manifest::Desired;
+use jumppod_plan::planner;
 use serde::Serialize;
 
 /// What `ensure` did and found.
@@ -80,7 +80,7 @@ pub async fn ensure(kube: &Kube, config: &Config, gate: &Gate) -> Result<EnsureR
     }
     let desired = Desired::from_config(config);
     let observed = observe::for_ensure(kube, config).await?;
-    let plan = plan::plan(config, &desired, &observed);
+    let plan = planner::plan(config, &desired, &observed);
     for finding in &plan.findings {
         if finding.is_warning() {
             tracing::warn!(%finding, "finding")

@@ -1,7 +1,7 @@
 //! Errors of the host, each with its exit code. Messages are built here, where they are shown;
 //! each variant keeps its cause.
 
-use crate::config::ConfigError;
+use jumppod_plan::config::ConfigError;
 
 /// Exit codes of the `jumppod` binary.
 pub mod exit {

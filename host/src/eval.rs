@@ -1,7 +1,7 @@
 //! `jumppod eval`: AdmissionRequests through the policy module, as `kwctl run` does it.
 
-use crate::config::ConfigError;
 use crate::error::HostError;
+use jumppod_plan::config::ConfigError;
 use jumppod_review::{Policy, admission_response, decode_patch, request_of};
 use jumppod_wasm::WasmPolicy;
 use serde_json::Value;

@@ -53,7 +53,7 @@ impl Gate {
             #[cfg(feature = "wasm")]
             Some(path) => Ok(Gate::from_source(Source::Module(path))),
             #[cfg(not(feature = "wasm"))]
-            Some(path) => Err(crate::config::ConfigError {
+            Some(path) => Err(jumppod_plan::config::ConfigError {
                 field: "--policy".into(),
                 value: path.display().to_string(),
                 problem: "this jumppod was built without the Wasm runtime (feature `wasm`): it judges with the native policy only".into(),

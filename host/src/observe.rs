@@ -6,10 +6,10 @@
 //! by name and the pods by instance label (concurrently).
 
 use crate::api::{Kube, Op, explain, is_not_found};
-use crate::config::Config;
 use crate::error::HostError;
-use crate::plan::{Observed, needs_a_closer_look};
 use jumppod::schema;
+use jumppod_plan::config::Config;
+use jumppod_plan::planner::{Observed, needs_a_closer_look};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::Api;

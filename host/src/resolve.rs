@@ -5,16 +5,16 @@
 //! configured). The bare pod by name only when no labelled pod is ready; the pod's node, or
 //! all nodes, only when `hostname` is not configured.
 
-use crate::action::Finding;
 use crate::api::Kube;
-use crate::config::Config;
 use crate::error::HostError;
-use crate::objects::{
-    containers_waiting, is_active, is_finished, is_ready, name_of, node_port, phase_of,
-    pods_refused, selector_text, service_selector, unschedulable,
-};
 use crate::observe;
 use jumppod::schema;
+use jumppod_plan::action::Finding;
+use jumppod_plan::config::Config;
+use jumppod_plan::findings::{containers_waiting, pods_refused, unschedulable};
+use jumppod_plan::objects::{
+    is_active, is_finished, is_ready, name_of, node_port, phase_of, selector_text, service_selector,
+};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -196,7 +196,7 @@ async fn hostname_of(kube: &Kube, pod: &Pod) -> Result<String, HostError> {
     }
     let nodes = observe::nodes(kube).await?;
     nodes.iter().find_map(external_ip).ok_or_else(|| {
-        HostError::Config(crate::config::ConfigError {
+        HostError::Config(jumppod_plan::config::ConfigError {
             field: "hostname".into(),
             value: String::new(),
             problem: "is required: no node of the cluster has an ExternalIP; set `hostname` (proxy_jump.hostname) to an address that reaches the nodes' NodePorts".into(),

@@ -1,18 +1,20 @@
 //! `status`: what exists for a project's jump pod: objects of older releases, QoS classes,
 //! selectors, the NodePort, drift and unschedulable reasons.
 
-use crate::action::{Action, Finding};
 use crate::api::Kube;
-use crate::config::Config;
 use crate::error::HostError;
-use crate::keys::{self, KeyList};
-use crate::manifest::Desired;
-use crate::objects::{
+use crate::keys;
+use crate::observe;
+use jumppod::schema::Schema;
+use jumppod_plan::action::{Action, Finding};
+use jumppod_plan::config::Config;
+use jumppod_plan::keys::KeyList;
+use jumppod_plan::manifest::Desired;
+use jumppod_plan::objects::{
     controller_of, is_ready, name_of, node_port, phase_of, replicaset_selector, schema_of,
     selector_text, service_schema, service_selector, template_spec,
 };
-use crate::{observe, plan};
-use jumppod::schema::Schema;
+use jumppod_plan::planner;
 use k8s_openapi::api::core::v1::Toleration;
 use serde::Serialize;
 
@@ -74,7 +76,7 @@ pub async fn status(kube: &Kube, config: &Config) -> Result<Status, HostError> {
         tokio::try_join!(observe::everything(kube, config), keys::list(kube, config))?;
     let name = &config.name;
     let desired = Desired::from_config(config);
-    let planned = plan::plan(config, &desired, &observed);
+    let planned = planner::plan(config, &desired, &observed);
     let rs = observed.replicaset.as_ref().map(|rs| ReplicaSetStatus {
         name: name.clone(),
         replicas: rs.status.as_ref().map(|s| s.replicas).unwrap_or(0),

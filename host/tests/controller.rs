@@ -673,7 +673,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_once_it_resumes() {
     // Issue 21 §9: a standby counts no project (b, the leader, counts them now).
     let (_, metrics) = a.get("/metrics").await;
     assert_eq!(metric(&metrics, "jumppod_leader"), Some(0.0), "{metrics}");
-    for state in jumppod_host::controller::index::State::ALL {
+    for state in jumppod_plan::controller::State::ALL {
         let gauge = format!("jumppod_projects{{state=\"{}\"}}", state.as_str());
         assert_eq!(metric(&metrics, &gauge), Some(0.0), "{gauge}: {metrics}");
     }

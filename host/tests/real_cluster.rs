@@ -18,11 +18,11 @@ use common::cluster::{
 };
 use common::{Release, config_for};
 use jumppod::schema;
-use jumppod_host::action::Finding;
 use jumppod_host::api::Kube;
-use jumppod_host::config::{Config, RawConfig};
-use jumppod_host::manifest::Desired;
 use jumppod_host::{EnsureReport, Gate, HostError, resolve};
+use jumppod_plan::action::Finding;
+use jumppod_plan::config::{Config, RawConfig};
+use jumppod_plan::manifest::Desired;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use kube::Api;
@@ -236,7 +236,7 @@ async fn the_printed_keys_patch_applied_by_kubectl_ends_the_drift() {
     let ns = "rc-keys-drift";
     namespace(&admin, ns).await;
     let config = config_for(ns, "main", "");
-    let old = jumppod_host::objects::without_keys(Desired::from_config(&config).replicaset);
+    let old = jumppod_plan::objects::without_keys(Desired::from_config(&config).replicaset);
     Api::<ReplicaSet>::namespaced(admin.client.clone(), ns)
         .create(&PostParams::default(), &old)
         .await
@@ -421,7 +421,7 @@ async fn the_policy_as_a_real_admission_webhook() {
     ensure(&admin, &config).await.unwrap();
     wait_for("the ReplicaSet to adopt the mutated pod", || async {
         pods.get(NAME).await.ok().filter(|p| {
-            jumppod_host::objects::controller_of(p)
+            jumppod_plan::objects::controller_of(p)
                 .is_some_and(|(kind, name)| kind == "ReplicaSet" && name == NAME)
         })
     })
@@ -767,7 +767,7 @@ async fn the_real_allocator_hands_out_node_ports_above_the_static_band() {
             .create(&PostParams::default(), &body)
             .await
             .unwrap();
-        let port = jumppod_host::objects::node_port(&svc).unwrap();
+        let port = jumppod_plan::objects::node_port(&svc).unwrap();
         services
             .delete("probe", &DeleteParams::default())
             .await
@@ -802,21 +802,21 @@ async fn the_real_replicaset_controller_deletes_the_lower_deletion_cost_first() 
         let items = pods.list(&by_app).await.unwrap().items;
         let ready: Vec<Pod> = items
             .into_iter()
-            .filter(jumppod_host::objects::is_ready)
+            .filter(jumppod_plan::objects::is_ready)
             .collect();
         (ready.len() == 2).then_some(ready)
     })
     .await;
     let mut names: Vec<String> = ready
         .iter()
-        .map(|p| jumppod_host::objects::name_of(&p.metadata).to_owned())
+        .map(|p| jumppod_plan::objects::name_of(&p.metadata).to_owned())
         .collect();
     names.sort();
     // The costly one is the one whose uid would lose a tie, so the cost is what decides.
     let by_uid = |n: &str| {
         ready
             .iter()
-            .find(|p| jumppod_host::objects::name_of(&p.metadata) == n)
+            .find(|p| jumppod_plan::objects::name_of(&p.metadata) == n)
             .and_then(|p| p.metadata.uid.clone())
             .unwrap()
     };
@@ -837,8 +837,8 @@ async fn the_real_replicaset_controller_deletes_the_lower_deletion_cost_first() 
         let items = pods.list(&by_app).await.unwrap().items;
         let active: Vec<String> = items
             .iter()
-            .filter(|p| jumppod_host::objects::is_active(p))
-            .map(|p| jumppod_host::objects::name_of(&p.metadata).to_owned())
+            .filter(|p| jumppod_plan::objects::is_active(p))
+            .map(|p| jumppod_plan::objects::name_of(&p.metadata).to_owned())
             .collect();
         (active.len() == 1).then_some(active)
     })

@@ -17,8 +17,8 @@ use common::cluster::{
     CleanUp, admin, cluster_dir, namespace, policy_webhook_for, typed, wait_for_up_to,
 };
 use jumppod_host::api::Kube;
-use jumppod_host::config::{Config, RawConfig};
 use jumppod_host::{Gate, resolve};
+use jumppod_plan::config::{Config, RawConfig};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{EvictParams, ListParams, PostParams};

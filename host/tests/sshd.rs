@@ -10,8 +10,8 @@
 //! the public jump-pod image ships them. The script is `manifest::SSHD_SCRIPT` unchanged. Needs root,
 //! `unshare`/`nsenter` (util-linux) and OpenSSH (`make sshd` installs Debian's).
 
-use jumppod_host::keys::PublicKey;
-use jumppod_host::manifest::{AUTHORIZED_KEYS_ENV, KEYS_MERGE_SECONDS, KEYS_MOUNT, SSHD_SCRIPT};
+use jumppod_plan::manifest::{AUTHORIZED_KEYS_ENV, KEYS_MERGE_SECONDS, KEYS_MOUNT, SSHD_SCRIPT};
+use jumppod_plan::public_key::PublicKey;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

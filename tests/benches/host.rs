@@ -6,8 +6,8 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use jumppod::schema;
 use jumppod_host::api::{ClientOptions, Kube, client};
-use jumppod_host::config::{Config, RawConfig};
 use jumppod_host::{Gate, ensure, resolve};
+use jumppod_plan::config::{Config, RawConfig};
 use jumppod_sim::{Sim, SimConfig};
 use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};

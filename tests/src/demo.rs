@@ -10,8 +10,8 @@ use crate::admission::PolicyAdmission;
 use crate::audit::Audit;
 use jumppod::schema;
 use jumppod_host::api::{ClientOptions, Kube, client};
-use jumppod_host::config::{Config, RawConfig};
 use jumppod_host::{Gate, HostError, ensure, resolve, status};
+use jumppod_plan::config::{Config, RawConfig};
 use jumppod_review::{Native, Policy, admission_response, decode_patch, request_of};
 use jumppod_sim::{Sim, SimConfig};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
@@ -51,7 +51,7 @@ fn heading(text: &str) {
 
 fn fixture(file: &str, text: &str) -> Result<Value, HostError> {
     serde_json::from_str(text).map_err(|e| {
-        HostError::Config(jumppod_host::config::ConfigError {
+        HostError::Config(jumppod_plan::config::ConfigError {
             field: "fixture".into(),
             value: file.into(),
             problem: format!("is not JSON: {e}"),
@@ -193,7 +193,7 @@ impl Cluster {
                     pods.get(name)
                         .await
                         .ok()
-                        .is_some_and(|p| jumppod_host::objects::is_ready(&p))
+                        .is_some_and(|p| jumppod_plan::objects::is_ready(&p))
                 })
                 .await?;
             }
@@ -240,10 +240,10 @@ impl Cluster {
                         .await
                         .is_ok_and(|list| {
                             list.items.iter().any(|p| {
-                                jumppod_host::objects::is_ready(p)
+                                jumppod_plan::objects::is_ready(p)
                                     && p.metadata.deletion_timestamp.is_none()
-                                    && Some(jumppod_host::objects::name_of(&p.metadata)) != gone
-                                    && jumppod_host::objects::controller_of(p).is_some()
+                                    && Some(jumppod_plan::objects::name_of(&p.metadata)) != gone
+                                    && jumppod_plan::objects::controller_of(p).is_some()
                             })
                         })
                 })

@@ -10,7 +10,7 @@
 //! a changed message is an Event of its own, the same message again counts in its series.
 //! The decision ([`Series::occur`]) is pure and takes the clock as an argument.
 
-use super::index::{Note, Severity};
+use jumppod_plan::controller::{Note, Severity};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};

@@ -2,11 +2,11 @@
 //! `/healthz`, readiness on `/readyz` (a leader once its caches are filled; a standby at once,
 //! so that a rollout is not held up by the replica that waits).
 
-use super::index::State;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use jumppod_plan::controller::State;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

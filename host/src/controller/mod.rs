@@ -2,30 +2,32 @@
 //!
 //! Three watches (ReplicaSets and pods carrying `app.kubernetes.io/name`, Services) fill caches;
 //! each change names the projects it concerns; a work queue reconciles each project from the
-//! caches alone ([`index`] decides, [`crate::apply`] writes), so a steady cluster costs no
+//! caches alone ([`jumppod_plan::controller`] decides, [`crate::apply`] writes), so a steady cluster costs no
 //! request beyond the watches. One project is never reconciled twice at once; a failing one
 //! is retried with jittered exponential backoff while the others go on. With leader election
 //! only the holder of the Lease watches and writes ([`lease`]), and its writes pass a
 //! [`Fence`] that closes at the renew deadline by its own clock.
 
 pub mod events;
-pub mod index;
 pub mod lease;
 pub mod metrics;
 
 use crate::api::{Kube, Op, explain};
 use crate::apply::apply;
-use crate::config::RawConfig;
 use crate::error::HostError;
-use crate::plan::Observed;
 use futures::{Stream, StreamExt, TryStreamExt};
-use index::{Note, ProjectKey, Projects, SeenPort, Severity, State};
+use jumppod_plan::config::RawConfig;
+use jumppod_plan::controller::{
+    self as decisions, Note, ProjectKey, Projects, SeenPort, Severity, State,
+};
+use jumppod_plan::lease::Timing;
+use jumppod_plan::planner::Observed;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use lease::{Elector, Look, Timing};
+use lease::{Elector, Look};
 use metrics::{ActionLabel, Metrics, ResultLabel, Role};
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -148,7 +150,7 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let (addr, server) = metrics::serve(options.listen, metrics.clone())
         .await
-        .map_err(|e| crate::config::ConfigError {
+        .map_err(|e| jumppod_plan::config::ConfigError {
             field: "--listen".into(),
             value: options.listen.to_string(),
             problem: format!("cannot listen there: {e}"),
@@ -301,11 +303,11 @@ impl Caches {
             .services
             .get(&ObjectRef::new(&jumppod::schema::service_name(&key.name)).within(&key.namespace))
             .map(|s| s.as_ref().clone());
-        // `index::observed` picks the project's pods (by name and instance label) itself.
+        // `decisions::observed` picks the project's pods (by name and instance label) itself.
         let pods = self
             .pods
             .state_filter(|p| p.metadata.namespace.as_deref() == Some(&key.namespace));
-        index::observed(key, rs, svc, pods.iter().map(|p| p.as_ref()))
+        decisions::observed(key, rs, svc, pods.iter().map(|p| p.as_ref()))
     }
 
     fn keys(&self) -> BTreeSet<ProjectKey> {
@@ -413,14 +415,14 @@ async fn control(
     // Pages of 100, not kube-rs' 500: a page is held whole, before the objects are slimmed
     // for the cache, and it sets a fresh controller's peak memory.
     let unfiltered = watcher::Config::default().page_size(LIST_PAGE);
-    let labelled = unfiltered.clone().labels(index::WATCH_SELECTOR);
+    let labelled = unfiltered.clone().labels(decisions::WATCH_SELECTOR);
     let streams = futures::stream::select_all([
         watch(
             api::<ReplicaSet>(&clients.watch, ns),
             labelled.clone(),
             rs_writer,
             |rs| ProjectKey::of_replicaset(rs).is_some(),
-            index::slim_replicaset,
+            decisions::slim_replicaset,
             |rs| ProjectKey::of_replicaset(rs).into_iter().collect(),
         )
         .boxed(),
@@ -429,7 +431,7 @@ async fn control(
             unfiltered,
             svc_writer,
             |s| ProjectKey::of_service(s).is_some(),
-            index::slim_service,
+            decisions::slim_service,
             |s| ProjectKey::of_service(s).into_iter().collect(),
         )
         .boxed(),
@@ -438,7 +440,7 @@ async fn control(
             labelled,
             pod_writer,
             |p| !ProjectKey::of_pod(p).is_empty(),
-            index::slim_pod,
+            decisions::slim_pod,
             ProjectKey::of_pod,
         )
         .boxed(),
@@ -609,11 +611,11 @@ async fn reconcile(
 ) -> (Memory, Result<Option<State>, HostError>) {
     let started = Instant::now();
     let observed = ctx.caches.observed(key);
-    if index::gone(&observed) {
+    if decisions::gone(&observed) {
         return (mem, Ok(None));
     }
     let result = async {
-        let decision = match index::decide(&ctx.template, key, &observed) {
+        let decision = match decisions::decide(&ctx.template, key, &observed) {
             Ok(d) => d,
             Err(problem) => {
                 let note = Note {
@@ -634,21 +636,21 @@ async fn reconcile(
                 .actions
                 .get_or_create(&ActionLabel {
                     action: match a.action {
-                        crate::action::Action::DeletePod { .. } => "delete-pod",
-                        crate::action::Action::DeleteService { .. } => "delete-service",
-                        crate::action::Action::CreateService { .. } => "create-service",
+                        jumppod_plan::action::Action::DeletePod { .. } => "delete-pod",
+                        jumppod_plan::action::Action::DeleteService { .. } => "delete-service",
+                        jumppod_plan::action::Action::CreateService { .. } => "create-service",
                         _ => "other",
                     },
                 })
                 .inc();
         }
         let seen = SeenPort::of(observed.service.as_ref());
-        let mut current = index::notes(&decision.findings);
-        current.extend(index::port_changed(mem.port.as_ref(), seen.as_ref()));
+        let mut current = decisions::notes(&decision.findings);
+        current.extend(decisions::port_changed(mem.port.as_ref(), seen.as_ref()));
         mem.port = seen;
         let once: Vec<Note> = applied
             .iter()
-            .map(|a| index::applied_note(&a.action))
+            .map(|a| decisions::applied_note(&a.action))
             .collect();
         publish(ctx, &observed, &mut mem, &current, &once).await;
         tracing::debug!(state = decision.state.as_str(), took = ?started.elapsed(), "reconciled");
@@ -676,11 +678,11 @@ async fn publish(
     current: &[Note],
     once: &[Note],
 ) {
-    let Some(regarding) = index::regarding(observed) else {
+    let Some(regarding) = decisions::regarding(observed) else {
         return;
     };
     let mut published = BTreeSet::new();
-    let fresh = index::unpublished(&mem.published, current);
+    let fresh = decisions::unpublished(&mem.published, current);
     for note in current {
         if !fresh.contains(note) {
             published.insert(note.clone());

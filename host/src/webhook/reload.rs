@@ -9,7 +9,7 @@
 //! half written, a key of another certificate) leaves the previous one served, with a warning
 //! naming the file and the problem, once per change of the files.
 
-use crate::config::ConfigError;
+use jumppod_plan::config::ConfigError;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio_rustls::rustls;

@@ -3,12 +3,12 @@
 
 use super::reload::Reloading;
 use super::{PATH, VALIDATE_PATH, envelope, refuse, review, validate};
-use crate::config::ConfigError;
 use crate::error::HostError;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
+use jumppod_plan::config::ConfigError;
 use jumppod_review::Policy;
 use serde_json::{Value, json};
 use std::net::SocketAddr;

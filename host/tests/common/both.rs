@@ -7,9 +7,9 @@
 //! disagree, Kubernetes is right.
 
 use super::*;
-use jumppod_host::action::Finding;
 use jumppod_host::rbac::{RULES, Rule};
 use jumppod_host::resolve;
+use jumppod_plan::action::Finding;
 use jumppod_sim::NodeSpec;
 
 mod cli;

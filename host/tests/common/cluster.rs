@@ -146,7 +146,7 @@ pub async fn bare_pod_of(kube: &Kube, ns: &str, project: &str, current: bool) ->
         api.get(&name)
             .await
             .ok()
-            .filter(jumppod_host::objects::is_ready)
+            .filter(jumppod_plan::objects::is_ready)
     })
     .await;
     pod
@@ -408,22 +408,22 @@ pub async fn settled(kube: &Kube, ns: &str) {
             .items;
         let active: Vec<&Pod> = pods
             .iter()
-            .filter(|p| jumppod_host::objects::is_active(p))
+            .filter(|p| jumppod_plan::objects::is_active(p))
             .collect();
         for rs in &sets {
-            let rs_name = jumppod_host::objects::name_of(&rs.metadata);
+            let rs_name = jumppod_plan::objects::name_of(&rs.metadata);
             let status = rs.status.clone().unwrap_or_default();
             let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             let owned: Vec<&&Pod> = active
                 .iter()
                 .filter(|p| {
-                    jumppod_host::objects::controller_of(p)
+                    jumppod_plan::objects::controller_of(p)
                         .is_some_and(|(kind, name)| kind == "ReplicaSet" && name == rs_name)
                 })
                 .collect();
             let ready = owned
                 .iter()
-                .filter(|p| jumppod_host::objects::is_ready(p))
+                .filter(|p| jumppod_plan::objects::is_ready(p))
                 .count();
             if status.observed_generation != rs.metadata.generation {
                 return Err(format!("ReplicaSet {rs_name} to observe its generation"));
@@ -440,27 +440,27 @@ pub async fn settled(kube: &Kube, ns: &str) {
                     status.ready_replicas
                 ));
             }
-            let selector = jumppod_host::objects::replicaset_selector(rs);
+            let selector = jumppod_plan::objects::replicaset_selector(rs);
             let orphan = active.iter().find(|p| {
                 let labels = p.metadata.labels.clone().unwrap_or_default();
-                jumppod_host::objects::controller_of(p).is_none()
+                jumppod_plan::objects::controller_of(p).is_none()
                     && !selector.is_empty()
                     && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
             });
             if let Some(pod) = orphan {
                 return Err(format!(
                     "ReplicaSet {rs_name} to adopt the pod {}",
-                    jumppod_host::objects::name_of(&pod.metadata)
+                    jumppod_plan::objects::name_of(&pod.metadata)
                 ));
             }
         }
         for pod in active {
-            let placed_or_refused = jumppod_host::objects::is_ready(pod)
-                || jumppod_host::objects::unschedulable(pod).is_some();
+            let placed_or_refused = jumppod_plan::objects::is_ready(pod)
+                || jumppod_plan::findings::unschedulable(pod).is_some();
             if !placed_or_refused {
                 return Err(format!(
                     "pod {} to be Ready or refused by the scheduler",
-                    jumppod_host::objects::name_of(&pod.metadata)
+                    jumppod_plan::objects::name_of(&pod.metadata)
                 ));
             }
         }
@@ -501,7 +501,7 @@ pub async fn replicaset_controller_caught_up(
         .create(&PostParams::default(), &probe)
         .await
         .expect("create the probe pod");
-    let name = jumppod_host::objects::name_of(&probe.metadata).to_owned();
+    let name = jumppod_plan::objects::name_of(&probe.metadata).to_owned();
     let what = format!("the ReplicaSet controller to adopt and delete the probe pod {name}");
     wait_for(&what, || async {
         pods.get_opt(&name)

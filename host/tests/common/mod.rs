@@ -6,9 +6,9 @@
 use jumppod::schema;
 use jumppod_e2e::PolicyAdmission;
 use jumppod_host::api::{ClientOptions, Kube, client};
-use jumppod_host::config::{Config, RawConfig};
 use jumppod_host::rbac::{RULES, Rule};
 use jumppod_host::{EnsureReport, Gate, HostError};
+use jumppod_plan::config::{Config, RawConfig};
 use jumppod_review::Native;
 use jumppod_sim::{RequestRecord, Sim, SimConfig};
 use serde_json::{Value, json};
@@ -37,12 +37,13 @@ pub const BOB: &str =
 /// Every verb `jumppod keys` uses: alice added (the Secret created), bob added (patched),
 /// alice removed (patched).
 pub async fn keys_flow(kube: &Kube, config: &Config) -> Result<(), HostError> {
-    use jumppod_host::keys::{Change, Outcome, change};
+    use jumppod_host::keys::change;
+    use jumppod_plan::keys::{Change, EntryOutcome};
     let added = change(kube, config, &Change::add(ALICE, Some("alice")).unwrap()).await?;
-    assert_eq!(added.outcome, Outcome::Added);
+    assert_eq!(added.outcome, EntryOutcome::Added);
     change(kube, config, &Change::add(BOB, Some("bob")).unwrap()).await?;
     let removed = change(kube, config, &Change::remove("alice").unwrap()).await?;
-    assert_eq!(removed.outcome, Outcome::Removed);
+    assert_eq!(removed.outcome, EntryOutcome::Removed);
     Ok(())
 }
 
@@ -242,9 +243,9 @@ pub fn without(verb: &str, resource: &str) -> Vec<Rule> {
 pub async fn reported_by_every_command(
     kube: &Kube,
     config: &Config,
-    is: fn(&jumppod_host::action::Finding) -> bool,
+    is: fn(&jumppod_plan::action::Finding) -> bool,
     words: &[&str],
-) -> jumppod_host::action::Finding {
+) -> jumppod_plan::action::Finding {
     let report = jumppod_host::ensure(kube, config, &gate()).await.unwrap();
     let finding = report
         .findings
@@ -319,7 +320,7 @@ impl OldJob {
     /// fails the job (404 raises; a terminating pod never gets ready).
     pub fn found_running(&self) -> bool {
         self.final_read.as_ref().is_some_and(|p| {
-            jumppod_host::objects::phase_of(p) == "Running"
+            jumppod_plan::objects::phase_of(p) == "Running"
                 && p.metadata.deletion_timestamp.is_none()
         })
     }
@@ -356,7 +357,7 @@ where
         untouched: false,
         service_deleted: false,
         service_recreated: None,
-        node_port_before: service.as_ref().and_then(jumppod_host::objects::node_port),
+        node_port_before: service.as_ref().and_then(jumppod_plan::objects::node_port),
         pod_created: None,
         final_read: None,
     };
@@ -407,7 +408,7 @@ where
             services
                 .create(&PostParams::default(), &svc)
                 .await
-                .map(|s| jumppod_host::objects::node_port(&s).unwrap_or_default())
+                .map(|s| jumppod_plan::objects::node_port(&s).unwrap_or_default())
                 .map_err(status_message),
         );
     }

@@ -21,8 +21,9 @@ async fn key_entries(cluster: &Cluster) -> Vec<String> {
 pub async fn a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_gone(
     cluster: &Cluster,
 ) {
-    use jumppod_host::keys::{self, Change, Outcome};
-    use jumppod_host::manifest::{KEYS_MOUNT, keys_secret_name};
+    use jumppod_host::keys;
+    use jumppod_plan::keys::{Change, EntryOutcome};
+    use jumppod_plan::manifest::{KEYS_MOUNT, keys_secret_name};
     let config = cluster.config("hostname: h");
     cluster.ensure(&config).await.expect("ensure");
     cluster.settle().await;
@@ -33,7 +34,7 @@ pub async fn a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_
         .expect("add a key");
     assert_eq!(
         (added.outcome, added.secret.as_str()),
-        (Outcome::Added, SECRET)
+        (EntryOutcome::Added, SECRET)
     );
     assert_eq!(keys_secret_name(&config.name), SECRET);
 
@@ -75,7 +76,7 @@ pub async fn a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_
         .expect("remove the key");
     assert_eq!(
         (removed.outcome, removed.entry.as_str()),
-        (Outcome::Removed, "alice")
+        (EntryOutcome::Removed, "alice")
     );
     assert_eq!(key_entries(cluster).await, Vec::<String>::new());
     let again = keys::change(&kube, &config, &Change::remove("alice").unwrap())
@@ -83,14 +84,15 @@ pub async fn a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_
         .expect("remove it again");
     assert_eq!(
         again.outcome,
-        Outcome::NotPresent,
+        EntryOutcome::NotPresent,
         "removing twice is not an error"
     );
 }
 
 /// The same key added again costs one read of the Secret and no write.
 pub async fn the_same_key_again_costs_one_read_and_no_write(cluster: &Cluster) {
-    use jumppod_host::keys::{self, Change, Outcome};
+    use jumppod_host::keys;
+    use jumppod_plan::keys::{Change, EntryOutcome};
     cluster.namespace().await;
     let config = cluster.config("");
     let kube = cluster.kube().await;
@@ -101,7 +103,10 @@ pub async fn the_same_key_again_costs_one_read_and_no_write(cluster: &Cluster) {
     let (again, requests) = cluster
         .requests_of(keys::change(&kube, &config, &alice))
         .await;
-    assert_eq!(again.expect("add it again").outcome, Outcome::Unchanged);
+    assert_eq!(
+        again.expect("add it again").outcome,
+        EntryOutcome::Unchanged
+    );
     assert_eq!(requests.len(), 1, "{requests:#?}");
     assert!(!is_write(&requests[0]), "{requests:#?}");
     let secret = format!("/api/v1/namespaces/{}/secrets/{SECRET}", cluster.ns());
@@ -112,7 +117,8 @@ pub async fn the_same_key_again_costs_one_read_and_no_write(cluster: &Cluster) {
 /// decided on, a lost race (409 on the create or the patch) is decided again, nobody's key is
 /// lost.
 pub async fn keys_added_concurrently_are_all_kept(cluster: &Cluster) {
-    use jumppod_host::keys::{self, Change, Outcome};
+    use jumppod_host::keys;
+    use jumppod_plan::keys::{Change, EntryOutcome};
     cluster.namespace().await;
     let config = cluster.config("");
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(8));
@@ -128,7 +134,10 @@ pub async fn keys_added_concurrently_are_all_kept(cluster: &Cluster) {
         }));
     }
     for t in tasks {
-        assert_eq!(t.await.unwrap().expect("add a key").outcome, Outcome::Added);
+        assert_eq!(
+            t.await.unwrap().expect("add a key").outcome,
+            EntryOutcome::Added
+        );
     }
     if let Some(sim) = cluster.as_sim() {
         let lost = sim.requests().iter().filter(|r| r.status == 409).count();

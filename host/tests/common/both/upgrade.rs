@@ -183,10 +183,11 @@ pub async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service
 /// refusal (the real registry's 409 `the UID in the precondition ... does not match`) is taken
 /// for "replaced meanwhile" at once, not retried.
 pub async fn a_pod_replaced_between_observe_and_apply_is_left_alone(cluster: &Cluster) {
-    use jumppod_host::action::Action;
     use jumppod_host::apply::{Outcome, apply};
-    use jumppod_host::manifest::Desired;
-    use jumppod_host::{observe, plan};
+    use jumppod_host::observe;
+    use jumppod_plan::action::Action;
+    use jumppod_plan::manifest::Desired;
+    use jumppod_plan::planner as plan;
     cluster.namespace().await;
     cluster.seed_bare_pod("Failed", true).await;
     let config = cluster.config("");
@@ -257,9 +258,9 @@ pub async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_po
 /// NodePort its namesake holds is refused for the port (422), on a free port for the name
 /// (409, the port released again). `apply` takes the 422 of its twin for "already existed".
 pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(cluster: &Cluster) {
-    use jumppod_host::action::Action;
     use jumppod_host::apply::{Outcome, apply};
-    use jumppod_host::manifest;
+    use jumppod_plan::action::Action;
+    use jumppod_plan::manifest;
     use k8s_openapi::api::core::v1::Service;
     use kube::Api;
     use kube::api::PostParams;
@@ -494,7 +495,7 @@ pub async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicase
     assert!(first.found_running(), "its pod runs beside: {first:?}");
     let bare = first.final_read.clone().unwrap();
     assert_eq!(
-        jumppod_host::objects::controller_of(&bare),
+        jumppod_plan::objects::controller_of(&bare),
         None,
         "not adopted"
     );

@@ -18,6 +18,9 @@
 //! ```
 //! Flags override the file. Every value is validated; an error names the field and the value.
 
+pub use crate::error::ConfigError;
+use crate::error::err;
+use crate::public_key::PublicKey;
 use jumppod::quantity::Quantity;
 use jumppod::schema;
 use jumppod::settings::{CPU_DEFAULT, Contract, MEMORY_DEFAULT, Settings};
@@ -25,44 +28,10 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::fmt;
-use std::path::Path;
 
 /// The taints GPU nodes carry (the NVIDIA and AMD device plugins' convention), which
 /// `gpu_tolerations` tolerates.
 pub const GPU_TAINTS: [&str; 2] = ["nvidia.com/gpu", "amd.com/gpu"];
-
-/// An invalid value, named by its field.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    pub field: String,
-    pub value: String,
-    pub problem: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.value.is_empty() {
-            write!(f, "invalid `{}`: {}", self.field, self.problem)
-        } else {
-            write!(
-                f,
-                "invalid `{}` {:?}: {}",
-                self.field, self.value, self.problem
-            )
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-fn err(field: &str, value: impl fmt::Display, problem: impl Into<String>) -> ConfigError {
-    ConfigError {
-        field: field.to_owned(),
-        value: value.to_string(),
-        problem: problem.into(),
-    }
-}
 
 /// dstack's `proxy_jump` block.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -111,16 +80,6 @@ pub struct RawConfig {
 }
 
 impl RawConfig {
-    /// Reads a YAML or JSON file (JSON is YAML).
-    pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| err("--config", path.display(), format!("cannot read it: {e}")))?;
-        RawConfig::from_text(&text).map_err(|mut e| {
-            e.field = format!("{} in {}", e.field, path.display());
-            e
-        })
-    }
-
     pub fn from_text(text: &str) -> Result<RawConfig, ConfigError> {
         if text.trim().is_empty() {
             return Ok(RawConfig::default());
@@ -363,7 +322,7 @@ fn ssh_key(text: String) -> Result<String, ConfigError> {
         return Err(err("ssh_public_key", "", "must not be empty"));
     }
     for line in key.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        crate::keys::PublicKey::parse("ssh_public_key", line)?;
+        PublicKey::parse("ssh_public_key", line)?;
     }
     Ok(key)
 }

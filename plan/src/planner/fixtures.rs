@@ -2,7 +2,7 @@
 
 use crate::config::{Config, RawConfig};
 use crate::manifest::{self, Desired};
-use crate::plan::{Observed, Plan, plan};
+use crate::planner::{Observed, Plan, plan};
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, Service};

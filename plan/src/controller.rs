@@ -1,7 +1,7 @@
 //! The controller's pure half: which project an object belongs to, what the watch caches say
 //! about it, what to write and what to tell. No I/O, no clock: every decision is a unit test.
 //!
-//! The decisions are `ensure`'s ([`crate::plan::plan`]), with two differences, because dstack
+//! The decisions are `ensure`'s ([`crate::planner::plan`]), with two differences, because dstack
 //! decides which projects exist and only dstack holds a project's SSH key:
 //! - a missing namespace or ReplicaSet is never created (reported instead);
 //! - without a ReplicaSet, only finished bare pods are deleted: an older dstack server, whose
@@ -11,7 +11,7 @@ use crate::action::{Action, Finding};
 use crate::config::{ConfigError, RawConfig};
 use crate::manifest::Desired;
 use crate::objects::{is_ready, name_of, node_port};
-use crate::plan::{self, Observed};
+use crate::planner::{self, Observed};
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
@@ -178,7 +178,7 @@ pub fn decide(
     }
     .validate(&key.namespace)?;
     let desired = Desired::from_config(&config);
-    let plan = plan::plan(&config, &desired, observed);
+    let plan = planner::plan(&config, &desired, observed);
     let has_rs = observed.replicaset.is_some();
     let actions: Vec<Action> = plan
         .actions

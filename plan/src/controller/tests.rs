@@ -1,5 +1,5 @@
 use super::*;
-use crate::plan::fixtures::*;
+use crate::planner::fixtures::*;
 use rstest::rstest;
 
 fn key() -> ProjectKey {

@@ -23,12 +23,12 @@ pub use drift::drift;
 
 use crate::action::{Action, Finding};
 use crate::config::Config;
+use crate::findings::{containers_waiting, pods_refused, unschedulable};
 use crate::manifest::{self, Desired};
 use crate::objects::{
     CREATED_BY, CREATED_BY_ANNOTATION, FOUND_POD_ANNOTATION, FOUND_SERVICE_ANNOTATION, annotation,
-    containers_waiting, controller_of, is_finished, name_of, node_port, phase_of, phase_text,
-    pods_refused, ready_condition, replicaset_selector, schema_of, selector_text, service_schema,
-    service_selector, unschedulable,
+    controller_of, is_finished, name_of, node_port, phase_of, phase_text, ready_condition,
+    replicaset_selector, schema_of, selector_text, service_schema, service_selector,
 };
 use jumppod::schema::{self, Schema};
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -304,7 +304,7 @@ pub fn needs_a_closer_look(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::fixtures::*;
+    use crate::planner::fixtures::*;
     use rstest::rstest;
     use std::collections::BTreeMap;
 

@@ -31,15 +31,6 @@ pub enum Action {
     },
 }
 
-impl Action {
-    pub fn is_delete(&self) -> bool {
-        matches!(
-            self,
-            Action::DeletePod { .. } | Action::DeleteService { .. }
-        )
-    }
-}
-
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -244,8 +244,8 @@ mod tests {
     use super::*;
     use crate::manifest::Desired;
     use crate::objects::without_keys;
-    use crate::plan::fixtures::*;
-    use crate::plan::{Observed, Plan, plan};
+    use crate::planner::fixtures::*;
+    use crate::planner::{Observed, Plan, plan};
     use rstest::rstest;
     use std::collections::BTreeMap;
 
