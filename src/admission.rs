@@ -1,13 +1,18 @@
 //! The verdict on one admission request: which objects are judged, and how.
 //!
-//! Every pod in the policy's scope passes through here, so the object is first read for its
-//! metadata alone; only a jump pod (or a jump-pod ReplicaSet) is parsed in full.
+//! Every pod in the policy's scope passes through [`judge`], the one path from a request to
+//! its verdict. The object comes read one of two ways: as raw JSON (the full read), or as the
+//! borrowed head of a pod within the payload (the one-pass read: metadata read, spec kept raw).
+//! Either way scope, classification and the settings are decided here once; only a jump pod
+//! (or a jump-pod ReplicaSet) is read further, and where the head cannot be judged exactly as
+//! the typed parse would judge it, the full read decides.
 
 use crate::mutate::{self, Mutation};
 use crate::rules::{self, Violation};
 use crate::schema::{self, Schema};
 use crate::settings::{Contract, Settings};
-use crate::view::{self, PodView, Text};
+use crate::verdict::{Rejection, Verdict, Warning};
+use crate::view::{self, PodHead, PodView, Text};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use serde::Deserialize;
@@ -17,66 +22,51 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 /// The parts of an AdmissionRequest the verdict depends on.
-#[derive(Clone, Copy, Debug)]
-pub struct Request<'a> {
+pub struct Request<'r, 'a> {
     /// `request.kind.group` and `request.kind.kind`.
-    pub group: &'a str,
-    pub kind: &'a str,
+    pub group: &'r str,
+    pub kind: &'r str,
     /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
-    pub operation: &'a str,
+    pub operation: &'r str,
     /// `request.name`, used when the object has no name yet.
-    pub name: Option<&'a str>,
-    pub object: Option<&'a RawValue>,
-    pub old_object: Option<&'a RawValue>,
+    pub name: Option<&'r str>,
+    pub object: Option<Object<'r, 'a>>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub enum Outcome {
-    Accept {
-        warnings: Vec<String>,
+/// How the request's object was read.
+pub enum Object<'r, 'a> {
+    /// The object's JSON and the old object's (the full read): every request is judged from
+    /// them.
+    Raw {
+        object: &'a RawValue,
+        old: Option<&'a RawValue>,
     },
-    /// Accept the object as changed here.
-    Mutate {
-        object: Value,
-        warnings: Vec<String>,
-    },
-    Reject {
-        message: String,
-        code: Option<u16>,
+    /// A pod's head, read within the payload (the one-pass read).
+    Head {
+        pod: PodHead<'a>,
+        /// The whole payload the head was read from.
+        payload: &'a [u8],
+        /// Finds the object's JSON in the payload: only a mutation needs it (it returns the
+        /// pod whole).
+        raw_object: &'r dyn Fn() -> Option<&'a RawValue>,
+        /// The verdict of the full read, where the head cannot be judged exactly as the typed
+        /// parse would judge it (updates, ReplicaSets, deep nesting, what the view cannot read).
+        full: &'r dyn Fn() -> Verdict,
     },
 }
 
-impl Outcome {
-    pub(crate) fn accept() -> Outcome {
-        Outcome::Accept {
-            warnings: Vec::new(),
-        }
-    }
-
-    fn reject(message: String) -> Outcome {
-        Outcome::Reject {
-            message,
-            code: None,
-        }
-    }
-
-    fn bad_request(message: String) -> Outcome {
-        Outcome::Reject {
-            message,
-            code: Some(400),
-        }
-    }
-}
-
+/// A pod's or a pod template's metadata, as far as classification reads it. More lenient than
+/// the view's (any number of labels, duplicates of other labels): the full read names only
+/// what k8s-openapi would refuse.
 #[derive(Deserialize)]
-struct Labels<'a> {
-    #[serde(borrow, rename = "app.kubernetes.io/name")]
-    app: Option<Cow<'a, str>>,
+struct WithMetadata<'a> {
+    #[serde(borrow)]
+    metadata: Option<Metadata<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Meta<'a> {
+struct Metadata<'a> {
     #[serde(borrow)]
     name: Option<Cow<'a, str>>,
     /// A pod a controller creates has no name yet at admission, only this prefix.
@@ -86,41 +76,34 @@ struct Meta<'a> {
     labels: Option<Labels<'a>>,
 }
 
-impl Meta<'_> {
+#[derive(Deserialize)]
+struct Labels<'a> {
+    #[serde(borrow, rename = "app.kubernetes.io/name")]
+    app: Option<Cow<'a, str>>,
+}
+
+impl Metadata<'_> {
     fn app(&self) -> Option<&str> {
         self.labels.as_ref()?.app.as_deref()
     }
 }
 
 #[derive(Deserialize)]
-struct PodHead<'a> {
+struct ReplicaSetMetadata<'a> {
     #[serde(borrow)]
-    metadata: Option<Meta<'a>>,
+    metadata: Option<Metadata<'a>>,
+    #[serde(borrow)]
+    spec: Option<TemplateOf<'a>>,
 }
 
 #[derive(Deserialize)]
-struct TemplateHead<'a> {
+struct TemplateOf<'a> {
     #[serde(borrow)]
-    metadata: Option<Meta<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ReplicaSetSpecHead<'a> {
-    #[serde(borrow)]
-    template: Option<TemplateHead<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ReplicaSetHead<'a> {
-    #[serde(borrow)]
-    metadata: Option<Meta<'a>>,
-    #[serde(borrow)]
-    spec: Option<ReplicaSetSpecHead<'a>>,
+    template: Option<WithMetadata<'a>>,
 }
 
 /// What the policy judges: a pod or a ReplicaSet being created or updated. Every other
-/// request is accepted as it is. The full read, the one-pass read and the byte scan
-/// (`crate::ordinary`) all ask here.
+/// request is accepted as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Scope {
     Pod,
@@ -145,126 +128,108 @@ pub(crate) fn judged_name<'a>(own: Option<&'a str>, request: Option<&'a str>) ->
         .or(request.filter(|n| !n.is_empty()))
 }
 
-/// Judges one request. `settings` is read only when a jump pod is found.
-pub fn review(request: &Request<'_>, settings: Option<&RawValue>) -> Outcome {
+/// A jump pod's (or jump-pod ReplicaSet's) schema and how messages name it.
+struct Judged {
+    schema: Schema,
+    subject: String,
+}
+
+/// Judges one request. `settings` are read only when a jump pod is found.
+pub fn judge(request: Request<'_, '_>, settings: Option<&RawValue>) -> Verdict {
     let Some(object) = request.object else {
-        return Outcome::accept();
+        return Verdict::accept();
     };
-    let judged = match scope(request.operation, request.group, request.kind) {
-        Scope::Pod => classify_pod(object, request.name),
-        Scope::ReplicaSet => classify_replica_set(object),
-        Scope::Other => return Outcome::accept(),
+    let scope = scope(request.operation, request.group, request.kind);
+    let judged = match (scope, &object) {
+        (Scope::Other, _) => return Verdict::accept(),
+        (Scope::Pod, Object::Raw { object, .. }) => classify_pod(object, request.name),
+        (Scope::ReplicaSet, Object::Raw { object, .. }) => classify_replica_set(object),
+        (Scope::Pod, Object::Head { pod, .. }) => Ok(classify_head(pod, request.name)),
+        (Scope::ReplicaSet, Object::Head { full, .. }) => return full(),
     };
-    let (schema, name) = match judged {
-        Ok(Some(found)) => found,
-        Ok(None) => return Outcome::accept(),
-        Err(message) => return Outcome::bad_request(message),
-    };
-    let contract = match contract(settings) {
-        Ok(contract) => contract,
-        Err(outcome) => return outcome,
+    let judged = match judged {
+        Ok(Some(judged)) => judged,
+        Ok(None) => return Verdict::accept(),
+        Err(message) => return Verdict::unreadable(message),
     };
     let update = request.operation == "UPDATE";
-    match request.kind {
-        "Pod" => review_pod(
-            object,
-            request.old_object.filter(|_| update),
-            schema,
-            &name,
-            &contract,
-        ),
-        _ => review_replica_set(
-            object,
-            request.old_object.filter(|_| update),
-            &name,
-            &contract,
-        ),
+    // The view judges a created pod exactly as the typed parse would; all else is the typed
+    // parse's.
+    if let Object::Head {
+        pod, payload, full, ..
+    } = &object
+        && (update || !pod.is_a_pod() || !view::nests_less_than(payload, view::NESTING_LIMIT))
+    {
+        return full();
     }
-}
-
-/// A request whose object was read, within the payload, as the head of a pod.
-#[derive(Clone, Debug)]
-pub struct ViewRequest<'v, 'a> {
-    pub group: &'v str,
-    pub kind: &'v str,
-    pub operation: &'v str,
-    pub name: Option<&'v str>,
-    pub object: Option<view::PodHead<'a>>,
-}
-
-/// Judges a request from the views alone, in one pass over the payload: what every ordinary
-/// pod takes, and a created jump pod, whose spec is then read from the same payload.
-/// `raw_object` finds the object's JSON in the payload, which only a mutation needs (the pod
-/// is returned whole). None where [`review`] must decide (updates, ReplicaSets, an object
-/// nesting too deep for the typed parse, anything the view cannot read). `payload` is the
-/// whole JSON the views were read from. The answer is exactly what [`review`] answers for
-/// the same request.
-pub fn review_view<'a>(
-    request: ViewRequest<'_, 'a>,
-    settings: Option<&RawValue>,
-    payload: &[u8],
-    raw_object: impl FnOnce() -> Option<&'a RawValue>,
-) -> Option<Outcome> {
-    let Some(head) = request.object else {
-        return Some(Outcome::accept());
+    let contract = match contract(settings) {
+        Ok(contract) => contract,
+        Err(verdict) => return verdict,
     };
-    match scope(request.operation, request.group, request.kind) {
-        Scope::Pod => {}
-        Scope::ReplicaSet => return None,
-        Scope::Other => return Some(Outcome::accept()),
+    match object {
+        Object::Raw { object, old } => {
+            let old = old.filter(|_| update);
+            match scope {
+                Scope::Pod => review_pod(object, old, judged, &contract),
+                _ => review_replica_set(object, old, &judged.subject, &contract),
+            }
+        }
+        Object::Head {
+            pod,
+            raw_object,
+            full,
+            ..
+        } => {
+            let Some(pod) = pod.read_spec() else {
+                return full();
+            };
+            match create_pod(&pod, judged.schema, &judged.subject, &contract) {
+                Created::Decided(verdict) => verdict,
+                Created::Mutate(mutation) => raw_object()
+                    .and_then(|raw| mutate_pod(raw, &pod, mutation, &judged.subject, &contract))
+                    .unwrap_or_else(full),
+            }
+        }
     }
-    let name = judged_name(head.name(), request.name);
+}
+
+fn contract(settings: Option<&RawValue>) -> Result<Contract, Verdict> {
+    Settings::from_json(settings.map_or(b"null", |s| s.get().as_bytes()))
+        .and_then(|s| s.contract())
+        .map_err(|e| Verdict::unreadable(e.to_string()))
+}
+
+/// A pod is a jump pod by its `app.kubernetes.io/name` label and its name.
+fn jump_pod(app: Option<&str>, name: Option<&str>, generate_name: Option<&str>) -> Option<Judged> {
+    let schema = schema::classify(app, name)?;
+    Some(Judged {
+        schema,
+        subject: format!("jump pod {:?}", shown_name(name, generate_name)),
+    })
+}
+
+fn classify_head(head: &PodHead<'_>, request_name: Option<&str>) -> Option<Judged> {
     let app = head
         .labels()
         .and_then(|l| l.get(schema::NAME_LABEL))
         .map(Text::as_str);
-    let Some(schema) = schema::classify(app, name) else {
-        return Some(Outcome::accept());
-    };
-    if request.operation != "CREATE"
-        || !head.is_a_pod()
-        || !view::nests_less_than(payload, view::NESTING_LIMIT)
-    {
-        return None;
-    }
-    let shown = shown_name(
-        name,
-        head.metadata
-            .as_ref()
-            .and_then(|m| m.generate_name.as_ref())
-            .map(Text::as_str),
-    );
-    let contract = match contract(settings) {
-        Ok(contract) => contract,
-        Err(outcome) => return Some(outcome),
-    };
-    let what = format!("jump pod {shown:?}");
-    let pod = head.read_spec()?;
-    match create_pod(&pod, schema, &what, &contract) {
-        Created::Decided(outcome) => Some(outcome),
-        Created::Mutate(mutation) => mutate_pod(raw_object()?, &pod, mutation, &what, &contract),
-    }
+    let generate_name = head
+        .metadata
+        .as_ref()
+        .and_then(|m| m.generate_name.as_ref())
+        .map(Text::as_str);
+    jump_pod(app, judged_name(head.name(), request_name), generate_name)
 }
 
-fn contract(settings: Option<&RawValue>) -> Result<Contract, Outcome> {
-    Settings::from_json(settings.map_or(b"null", |s| s.get().as_bytes()))
-        .and_then(|s| s.contract())
-        .map_err(|e| Outcome::bad_request(e.to_string()))
-}
-
-fn classify_pod(
-    object: &RawValue,
-    request_name: Option<&str>,
-) -> Result<Option<(Schema, String)>, String> {
-    let head: PodHead = serde_json::from_slice(object.get().as_bytes())
+fn classify_pod(object: &RawValue, request_name: Option<&str>) -> Result<Option<Judged>, String> {
+    let head: WithMetadata = serde_json::from_slice(object.get().as_bytes())
         .map_err(|e| format!("cannot read the pod's metadata: {e}"))?;
     let meta = head.metadata.as_ref();
-    let name = judged_name(meta.and_then(|m| m.name.as_deref()), request_name);
-    let Some(schema) = schema::classify(meta.and_then(Meta::app), name) else {
-        return Ok(None);
-    };
-    let shown = shown_name(name, meta.and_then(|m| m.generate_name.as_deref()));
-    Ok(Some((schema, shown)))
+    Ok(jump_pod(
+        meta.and_then(Metadata::app),
+        judged_name(meta.and_then(|m| m.name.as_deref()), request_name),
+        meta.and_then(|m| m.generate_name.as_deref()),
+    ))
 }
 
 /// Messages name the pod; a generated one by its prefix.
@@ -276,8 +241,8 @@ fn shown_name(name: Option<&str>, generate_name: Option<&str>) -> String {
     }
 }
 
-fn classify_replica_set(object: &RawValue) -> Result<Option<(Schema, String)>, String> {
-    let head: ReplicaSetHead = serde_json::from_slice(object.get().as_bytes())
+fn classify_replica_set(object: &RawValue) -> Result<Option<Judged>, String> {
+    let head: ReplicaSetMetadata = serde_json::from_slice(object.get().as_bytes())
         .map_err(|e| format!("cannot read the ReplicaSet's metadata: {e}"))?;
     let own_name = head.metadata.as_ref().and_then(|m| m.name.as_deref());
     let template = head
@@ -286,8 +251,15 @@ fn classify_replica_set(object: &RawValue) -> Result<Option<(Schema, String)>, S
         .and_then(|s| s.template.as_ref())
         .and_then(|t| t.metadata.as_ref());
     let name = template.and_then(|m| m.name.as_deref()).or(own_name);
-    Ok(schema::classify(template.and_then(Meta::app), name)
-        .map(|schema| (schema, own_name.unwrap_or_default().to_owned())))
+    Ok(
+        schema::classify(template.and_then(Metadata::app), name).map(|schema| Judged {
+            schema,
+            subject: format!(
+                "the pod template of jump-pod ReplicaSet {:?}",
+                own_name.unwrap_or_default()
+            ),
+        }),
+    )
 }
 
 /// Parses JSON into a typed object, naming the field that does not fit.
@@ -308,30 +280,29 @@ fn parse<T: DeserializeOwned>(raw: &RawValue, what: &str) -> Result<(Value, T), 
 fn review_pod(
     object: &RawValue,
     old: Option<&RawValue>,
-    schema: Schema,
-    name: &str,
+    judged: Judged,
     contract: &Contract,
-) -> Outcome {
-    let what = format!("jump pod {name:?}");
+) -> Verdict {
+    let Judged { schema, subject } = judged;
     if old.is_none()
         && let Some(view) = PodView::read(object.get())
     {
-        return match create_pod(&view, schema, &what, contract) {
-            Created::Decided(outcome) => outcome,
-            Created::Mutate(mutation) => mutate_pod(object, &view, mutation, &what, contract)
-                .unwrap_or_else(|| review_pod_typed(object, None, schema, &what, contract)),
+        return match create_pod(&view, schema, &subject, contract) {
+            Created::Decided(verdict) => verdict,
+            Created::Mutate(mutation) => mutate_pod(object, &view, mutation, &subject, contract)
+                .unwrap_or_else(|| review_pod_typed(object, None, schema, &subject, contract)),
         };
     }
-    review_pod_typed(object, old, schema, &what, contract)
+    review_pod_typed(object, old, schema, &subject, contract)
 }
 
 /// What a created jump pod's view decides, or the mutation it needs.
 enum Created {
-    Decided(Outcome),
+    Decided(Verdict),
     Mutate(Mutation),
 }
 
-fn create_pod(view: &PodView<'_>, schema: Schema, what: &str, contract: &Contract) -> Created {
+fn create_pod(view: &PodView<'_>, schema: Schema, subject: &str, contract: &Contract) -> Created {
     let mutation = mutate::plan_view(view, schema, contract);
     if mutation.is_empty() {
         let violations = view
@@ -339,15 +310,19 @@ fn create_pod(view: &PodView<'_>, schema: Schema, what: &str, contract: &Contrac
             .as_ref()
             .map(|spec| rules::check_view(spec, contract))
             .unwrap_or_default();
-        return Created::Decided(verdict(&violations, what, mutation.warnings));
+        return Created::Decided(verdict(violations, subject, mutation.warnings));
     }
     if !contract.mutate {
-        return Created::Decided(Outcome::reject(format!(
-            "{what} is missing what the jump-pod contract requires (mutation is off): {}",
-            mutation.describe_missing()
-        )));
+        return Created::Decided(missing(mutation, subject));
     }
     Created::Mutate(mutation)
+}
+
+fn missing(mutation: Mutation, subject: &str) -> Verdict {
+    Verdict::Reject(Rejection::Missing {
+        subject: subject.to_owned(),
+        fills: mutation.fills,
+    })
 }
 
 /// Applies a mutation to the pod's JSON and judges the result (the view with the same values
@@ -356,22 +331,35 @@ fn mutate_pod(
     object: &RawValue,
     view: &PodView<'_>,
     mutation: Mutation,
-    what: &str,
+    subject: &str,
     contract: &Contract,
-) -> Option<Outcome> {
+) -> Option<Verdict> {
     let mut value: Value = serde_json::from_slice(object.get().as_bytes()).ok()?;
     mutation.apply(&mut value);
     let mut spec = view.spec.clone().unwrap_or_default();
     mutation.apply_to_view(&mut spec);
-    Some(
-        match verdict(&rules::check_view(&spec, contract), what, Vec::new()) {
-            Outcome::Accept { .. } => Outcome::Mutate {
-                object: value,
-                warnings: mutation.warnings,
-            },
-            rejection => rejection,
+    Some(mutated(
+        value,
+        rules::check_view(&spec, contract),
+        subject,
+        mutation.warnings,
+    ))
+}
+
+/// The verdict on a mutated pod: its violations after the fills, else the pod as changed.
+fn mutated(
+    object: Value,
+    violations: Vec<Violation>,
+    subject: &str,
+    warnings: Vec<String>,
+) -> Verdict {
+    match verdict(violations, subject, Vec::new()) {
+        Verdict::Accept { .. } => Verdict::Mutate {
+            object,
+            warnings: label_warnings(warnings),
         },
-    )
+        rejection => rejection,
+    }
 }
 
 /// The typed parse of the whole pod: updates, and what the view leaves to it (it names
@@ -380,103 +368,97 @@ fn review_pod_typed(
     object: &RawValue,
     old: Option<&RawValue>,
     schema: Schema,
-    what: &str,
+    subject: &str,
     contract: &Contract,
-) -> Outcome {
-    let (mut value, pod) = match parse::<Pod>(object, what) {
+) -> Verdict {
+    let (mut value, pod) = match parse::<Pod>(object, subject) {
         Ok(parsed) => parsed,
-        Err(message) => return Outcome::bad_request(message),
+        Err(message) => return Verdict::unreadable(message),
     };
     let no_spec = PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     if let Some(old) = old {
-        return match parse::<Pod>(old, &format!("the old {what}")) {
+        return match parse::<Pod>(old, &format!("the old {subject}")) {
             Ok((_, old_pod)) => {
-                judge_update(spec, &old_pod.spec.unwrap_or_default(), what, contract)
+                judge_update(spec, &old_pod.spec.unwrap_or_default(), subject, contract)
             }
-            Err(message) => Outcome::bad_request(message),
+            Err(message) => Verdict::unreadable(message),
         };
     }
     let mutation = mutate::plan(&pod, schema, contract);
     if mutation.is_empty() {
-        return verdict(&rules::check(spec, contract), what, mutation.warnings);
+        return verdict(rules::check(spec, contract), subject, mutation.warnings);
     }
     if !contract.mutate {
-        return Outcome::reject(format!(
-            "{what} is missing what the jump-pod contract requires (mutation is off): {}",
-            mutation.describe_missing()
-        ));
+        return missing(mutation, subject);
     }
     mutation.apply(&mut value);
-    let mutated: Pod = match typed(&value, what) {
+    let changed: Pod = match typed(&value, subject) {
         Ok(pod) => pod,
-        Err(message) => return Outcome::bad_request(message),
+        Err(message) => return Verdict::unreadable(message),
     };
-    match verdict(
-        &rules::check(&mutated.spec.unwrap_or_default(), contract),
-        what,
-        Vec::new(),
-    ) {
-        Outcome::Accept { .. } => Outcome::Mutate {
-            object: value,
-            warnings: mutation.warnings,
-        },
-        rejection => rejection,
-    }
+    let violations = rules::check(&changed.spec.unwrap_or_default(), contract);
+    mutated(value, violations, subject, mutation.warnings)
 }
 
 fn review_replica_set(
     object: &RawValue,
     old: Option<&RawValue>,
-    name: &str,
+    subject: &str,
     contract: &Contract,
-) -> Outcome {
-    let what = format!("the pod template of jump-pod ReplicaSet {name:?}");
+) -> Verdict {
     let template_spec = |rs: ReplicaSet| {
         rs.spec
             .and_then(|s| s.template)
             .and_then(|t| t.spec)
             .unwrap_or_default()
     };
-    let spec = match parse::<ReplicaSet>(object, &what) {
+    let spec = match parse::<ReplicaSet>(object, subject) {
         Ok((_, rs)) => template_spec(rs),
-        Err(message) => return Outcome::bad_request(message),
+        Err(message) => return Verdict::unreadable(message),
     };
-    match old.map(|old| parse::<ReplicaSet>(old, &format!("the old {what}"))) {
-        Some(Ok((_, old_rs))) => judge_update(&spec, &template_spec(old_rs), &what, contract),
-        Some(Err(message)) => Outcome::bad_request(message),
-        None => verdict(&rules::check(&spec, contract), &what, Vec::new()),
+    match old.map(|old| parse::<ReplicaSet>(old, &format!("the old {subject}"))) {
+        Some(Ok((_, old_rs))) => judge_update(&spec, &template_spec(old_rs), subject, contract),
+        Some(Err(message)) => Verdict::unreadable(message),
+        None => verdict(rules::check(&spec, contract), subject, Vec::new()),
     }
 }
 
 /// An update that leaves the resources as they were is accepted, with a warning if they
 /// break the contract: existing objects must never be locked (a ReplicaSet adopts a legacy
 /// BestEffort pod by updating its ownerReferences).
-fn judge_update(spec: &PodSpec, old: &PodSpec, what: &str, contract: &Contract) -> Outcome {
+fn judge_update(spec: &PodSpec, old: &PodSpec, subject: &str, contract: &Contract) -> Verdict {
     let violations = rules::check(spec, contract);
     if rules::resources_by_container(spec) != rules::resources_by_container(old) {
-        return verdict(&violations, what, Vec::new());
+        return verdict(violations, subject, Vec::new());
     }
     let warnings = if violations.is_empty() {
         Vec::new()
     } else {
-        vec![format!(
-            "{what} does not meet the jump-pod contract (accepted: its resources did not change): {}",
-            rules::describe(&violations)
-        )]
+        vec![Warning::Unchanged {
+            subject: subject.to_owned(),
+            violations,
+        }]
     };
-    Outcome::Accept { warnings }
+    Verdict::Accept { warnings }
 }
 
-fn verdict(violations: &[Violation], what: &str, warnings: Vec<String>) -> Outcome {
+fn verdict(violations: Vec<Violation>, subject: &str, warnings: Vec<String>) -> Verdict {
     if violations.is_empty() {
-        Outcome::Accept { warnings }
+        Verdict::Accept {
+            warnings: label_warnings(warnings),
+        }
     } else {
-        Outcome::reject(format!(
-            "{what} does not meet the jump-pod contract: {}",
-            rules::describe(violations)
-        ))
+        Verdict::Reject(Rejection::Broken {
+            subject: subject.to_owned(),
+            violations,
+        })
     }
+}
+
+/// The mutation's notes on labels it could not fill in.
+fn label_warnings(warnings: Vec<String>) -> Vec<Warning> {
+    warnings.into_iter().map(Warning::LabelNotSet).collect()
 }
 
 #[cfg(test)]
@@ -495,19 +477,57 @@ mod tests {
         object: &Value,
         old: Option<&Value>,
         settings: &Value,
-    ) -> Outcome {
+    ) -> Answer {
         let (object, old, settings) = (raw(object), old.map(raw), raw(settings));
-        review(
-            &Request {
+        let verdict = judge(
+            Request {
                 group: kind.0,
                 kind: kind.1,
                 operation,
                 name: None,
-                object: Some(&object),
-                old_object: old.as_deref(),
+                object: Some(Object::Raw {
+                    object: &object,
+                    old: old.as_deref(),
+                }),
             },
             Some(&settings),
-        )
+        );
+        Answer::of(verdict)
+    }
+
+    /// The verdict as the tests read it: messages and warnings as the policy words them.
+    #[derive(Debug)]
+    enum Answer {
+        Accept {
+            warnings: Vec<String>,
+        },
+        Mutate {
+            object: Value,
+            warnings: Vec<String>,
+        },
+        Reject {
+            message: String,
+            code: Option<u16>,
+        },
+    }
+
+    impl Answer {
+        fn of(verdict: Verdict) -> Answer {
+            let text = |w: Vec<Warning>| w.iter().map(ToString::to_string).collect();
+            match verdict {
+                Verdict::Accept { warnings } => Answer::Accept {
+                    warnings: text(warnings),
+                },
+                Verdict::Mutate { object, warnings } => Answer::Mutate {
+                    object,
+                    warnings: text(warnings),
+                },
+                Verdict::Reject(rejection) => Answer::Reject {
+                    message: rejection.message(),
+                    code: rejection.code(),
+                },
+            }
+        }
     }
 
     const POD: (&str, &str) = ("", "Pod");
@@ -536,8 +556,8 @@ mod tests {
                                      "spec": {"containers": [{"name": "sshd", "resources": resources}]}}}})
     }
 
-    fn is_accept(outcome: &Outcome) -> bool {
-        matches!(outcome, Outcome::Accept { warnings } if warnings.is_empty())
+    fn is_accept(outcome: &Answer) -> bool {
+        matches!(outcome, Answer::Accept { warnings } if warnings.is_empty())
     }
 
     #[test]
@@ -573,7 +593,7 @@ mod tests {
 
     #[test]
     fn a_bare_legacy_pod_is_mutated_into_a_conforming_one() {
-        let Outcome::Mutate { object, warnings } =
+        let Answer::Mutate { object, warnings } =
             run(POD, "CREATE", &legacy_pod(), None, &json!({}))
         else {
             panic!("expected a mutation");
@@ -588,7 +608,7 @@ mod tests {
 
     #[test]
     fn with_mutation_off_a_bare_legacy_pod_is_rejected_naming_what_is_missing() {
-        let Outcome::Reject { message, .. } = run(
+        let Answer::Reject { message, .. } = run(
             POD,
             "CREATE",
             &legacy_pod(),
@@ -613,7 +633,7 @@ mod tests {
             None,
             &json!({}),
         );
-        let Outcome::Reject {
+        let Answer::Reject {
             message,
             code: None,
         } = outcome
@@ -632,7 +652,7 @@ mod tests {
         let mut new = old.clone();
         new["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
             "name": "dstack-main-ssh-jump-pod", "uid": "u", "controller": true}]);
-        let Outcome::Accept { warnings } = run(POD, "UPDATE", &new, Some(&old), &json!({})) else {
+        let Answer::Accept { warnings } = run(POD, "UPDATE", &new, Some(&old), &json!({})) else {
             panic!("expected acceptance");
         };
         assert_eq!(warnings.len(), 1);
@@ -649,7 +669,7 @@ mod tests {
         let new = jump_pod(json!({
             "requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "64Mi"},
             "limits": {"cpu": "2", "memory": "1Gi"}}));
-        let Outcome::Reject { message, .. } = run(POD, "UPDATE", &new, Some(&old), &json!({}))
+        let Answer::Reject { message, .. } = run(POD, "UPDATE", &new, Some(&old), &json!({}))
         else {
             panic!("expected a rejection");
         };
@@ -670,7 +690,7 @@ mod tests {
             None,
             &json!({})
         )));
-        let Outcome::Reject { message, .. } =
+        let Answer::Reject { message, .. } =
             run(RS, "CREATE", &replica_set(json!({})), None, &json!({}))
         else {
             panic!("expected a rejection");
@@ -690,7 +710,7 @@ mod tests {
         assert!(is_accept(&run(POD, "CREATE", &ordinary, None, &bad)));
         let outcome = run(POD, "CREATE", &jump_pod(guaranteed()), None, &bad);
         assert!(
-            matches!(outcome, Outcome::Reject { code: Some(400), ref message } if message.contains("cpu.minimum")),
+            matches!(outcome, Answer::Reject { code: Some(400), ref message } if message.contains("cpu.minimum")),
             "{outcome:?}"
         );
     }
@@ -700,7 +720,7 @@ mod tests {
         let mut pod = jump_pod(json!({}));
         pod["metadata"]["name"] = Value::Null;
         pod["metadata"]["generateName"] = json!("dstack-main-ssh-jump-pod-");
-        let Outcome::Reject { message, .. } =
+        let Answer::Reject { message, .. } =
             run(POD, "CREATE", &pod, None, &json!({"mutate": false}))
         else {
             panic!("expected a rejection");
@@ -715,7 +735,7 @@ mod tests {
     fn a_spec_of_the_wrong_type_is_rejected_naming_the_field() {
         let mut pod = jump_pod(guaranteed());
         pod["spec"]["containers"] = json!("sshd");
-        let Outcome::Reject {
+        let Answer::Reject {
             message,
             code: Some(400),
         } = run(POD, "CREATE", &pod, None, &json!({}))

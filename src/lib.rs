@@ -11,8 +11,10 @@ pub mod quantity;
 pub mod rules;
 pub mod schema;
 pub mod settings;
+pub mod verdict;
 pub mod view;
 
-pub use admission::{Outcome, Request, review};
+pub use admission::{Request, judge};
 pub use quantity::Quantity;
 pub use settings::{Contract, Settings};
+pub use verdict::{Rejection, Verdict, Warning};

@@ -41,28 +41,12 @@ impl Mutation {
         self.fills.is_empty()
     }
 
-    /// One line per missing value, for the rejection when mutation is switched off.
+    /// One item per missing value, as the rejection when mutation is switched off lists them
+    /// (`crate::verdict` renders each).
     pub fn describe_missing(&self) -> String {
         self.fills
             .iter()
-            .map(|fill| match fill {
-                Fill::Resource {
-                    init,
-                    container,
-                    resource,
-                    side,
-                    value,
-                    ..
-                } => format!(
-                    "{} {container:?}: resources.{}.{} is missing (would be set to {value})",
-                    if *init { "init container" } else { "container" },
-                    side.field(),
-                    resource.key()
-                ),
-                Fill::Label { key, value } => {
-                    format!("label {key} is missing (would be set to {value:?})")
-                }
-            })
+            .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ")
     }

@@ -1,61 +1,26 @@
 //! The `validate` payload policy-server sends, `{"request": AdmissionRequest, "settings":
-//! {...}}`, read and decided the way the policy does it, and the answer it gives, field for
-//! field as the Kubewarden SDK writes it. The Wasm guest, the host's native gate and the
-//! JavaScript build all call these functions, so they cannot disagree.
+//! {...}}`, read and decided the way the policy does it (`jumppod-review` writes the answer).
+//! The Wasm guest, the host's native gate and the JavaScript build all call these functions,
+//! so they cannot disagree.
 //!
 //! The payload is read in one borrowed pass over the pod's metadata; a jump pod's spec is then
 //! read from the same bytes, and a mutation reads the pod once more, whole, to return it.
 //! Anything these reads cannot read goes to the full typed read, which names the problem.
 
-use crate::admission::{self, Outcome, Request, ViewRequest};
-use crate::view::{Object, PodHead};
+use crate::admission::{self, Object, Request};
+use crate::verdict::Verdict;
+use crate::view::{self, PodHead};
+use serde::Deserialize;
 use serde::de::IgnoredAny;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
-/// The answer to `validate`, as the Kubewarden SDK writes it (the same fields in the same
-/// order, so the same bytes).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ValidationResponse {
-    pub accepted: bool,
-    #[serde(default)]
-    pub message: Option<String>,
-    #[serde(default)]
-    pub code: Option<u16>,
-    #[serde(default)]
-    pub mutated_object: Option<Value>,
-    #[serde(default)]
-    pub audit_annotations: Option<Value>,
-    #[serde(default)]
-    pub warnings: Option<Vec<String>>,
-}
-
-impl From<Outcome> for ValidationResponse {
-    fn from(outcome: Outcome) -> ValidationResponse {
-        let (accepted, message, code, mutated_object, warnings) = match outcome {
-            Outcome::Accept { warnings } => (true, None, None, None, warnings),
-            Outcome::Mutate { object, warnings } => (true, None, None, Some(object), warnings),
-            Outcome::Reject { message, code } => (false, Some(message), code, None, Vec::new()),
-        };
-        ValidationResponse {
-            accepted,
-            message,
-            code,
-            mutated_object,
-            audit_annotations: None,
-            warnings: (!warnings.is_empty()).then_some(warnings),
-        }
-    }
-}
-
 /// The verdict on a payload, and the name of the object it judged (for the policy's log).
-pub fn decide(payload: &[u8]) -> (Outcome, Option<Cow<'_, str>>) {
+pub fn decide(payload: &[u8]) -> (Verdict, Option<Cow<'_, str>>) {
     // Most requests are ordinary pods, accepted as they are: a scan of the bytes answers them
     // without serde_json, which costs most of their time.
     if let Some(name) = crate::ordinary::accepts(payload) {
-        return (Outcome::accept(), name.map(Cow::Borrowed));
+        return (Verdict::accept(), name.map(Cow::Borrowed));
     }
     decide_quickly(payload).unwrap_or_else(|| decide_fully(payload))
 }
@@ -71,7 +36,7 @@ struct Payload<'a, R> {
 
 /// The fields of the AdmissionRequest the policy reads. The full read keeps both objects raw
 /// (most pods are not jump pods and are never parsed beyond metadata); the one-pass read takes
-/// the object as the borrowed view of a pod and skips the old object.
+/// the object as the borrowed head of a pod and skips the old object.
 #[derive(Deserialize)]
 #[serde(
     rename_all = "camelCase",
@@ -94,7 +59,8 @@ type FullPayload<'a> = Payload<'a, AdmissionRequest<'a, &'a RawValue, &'a RawVal
 /// The one-pass read: enough for every ordinary pod and created jump pods. Both levels are
 /// read from JSON objects only, and anything this pass cannot read goes to the full read,
 /// which names the problem.
-type QuickPayload<'a> = Payload<'a, Object<AdmissionRequest<'a, Object<PodHead<'a>>, IgnoredAny>>>;
+type QuickPayload<'a> =
+    Payload<'a, view::Object<AdmissionRequest<'a, view::Object<PodHead<'a>>, IgnoredAny>>>;
 
 #[derive(Deserialize)]
 struct GroupVersionKind<'a> {
@@ -104,71 +70,72 @@ struct GroupVersionKind<'a> {
     kind: Cow<'a, str>,
 }
 
-/// The verdict from the one-pass read, or None where the full path decides.
-fn decide_quickly(bytes: &[u8]) -> Option<(Outcome, Option<Cow<'_, str>>)> {
-    let Object(payload) = serde_json::from_slice::<Object<QuickPayload>>(bytes).ok()?;
-    let Object(request) = payload.request?;
+/// The verdict from the one-pass read (which hands to the full read what it cannot judge), or
+/// None where the payload is not what that read reads.
+fn decide_quickly(bytes: &[u8]) -> Option<(Verdict, Option<Cow<'_, str>>)> {
+    let view::Object(payload) = serde_json::from_slice::<view::Object<QuickPayload>>(bytes).ok()?;
+    let view::Object(request) = payload.request?;
     let kind = request.kind.as_ref();
-    let outcome = admission::review_view(
-        ViewRequest {
+    // Only a mutation needs the pod's JSON (it returns the pod whole): a second read of the
+    // payload, keeping the object raw.
+    let raw_object = || {
+        serde_json::from_slice::<FullPayload>(bytes)
+            .ok()?
+            .request?
+            .object
+    };
+    let full = || decide_fully(bytes).0;
+    let verdict = admission::judge(
+        Request {
             group: kind.map_or("", |k| &k.group),
             kind: kind.map_or("", |k| &k.kind),
             operation: request.operation.as_deref().unwrap_or_default(),
             name: request.name.as_deref(),
-            object: request.object.map(|Object(head)| head),
+            object: request.object.map(|view::Object(pod)| Object::Head {
+                pod,
+                payload: bytes,
+                raw_object: &raw_object,
+                full: &full,
+            }),
         },
         payload.settings,
-        bytes,
-        // Only a mutation needs the pod's JSON (it returns the pod whole): a second read of
-        // the payload, keeping the object raw.
-        || {
-            serde_json::from_slice::<FullPayload>(bytes)
-                .ok()?
-                .request?
-                .object
-        },
-    )?;
-    Some((outcome, request.name))
+    );
+    Some((verdict, request.name))
 }
 
-fn decide_fully(payload: &[u8]) -> (Outcome, Option<Cow<'_, str>>) {
+fn decide_fully(payload: &[u8]) -> (Verdict, Option<Cow<'_, str>>) {
     let payload: FullPayload = match serde_json::from_slice(payload) {
         Ok(payload) => payload,
         Err(e) => {
             let message = format!("cannot read the validation request: {e}");
-            return (bad_request(message), None);
+            return (Verdict::unreadable(message), None);
         }
     };
     let Some(request) = payload.request else {
         let message = "the validation request has no `request`".to_owned();
-        return (bad_request(message), None);
+        return (Verdict::unreadable(message), None);
     };
     let kind = request.kind.as_ref();
-    let outcome = admission::review(
-        &Request {
+    let verdict = admission::judge(
+        Request {
             group: kind.map_or("", |k| &k.group),
             kind: kind.map_or("", |k| &k.kind),
             operation: request.operation.as_deref().unwrap_or_default(),
             name: request.name.as_deref(),
-            object: request.object,
-            old_object: request.old_object,
+            object: request.object.map(|object| Object::Raw {
+                object,
+                old: request.old_object,
+            }),
         },
         payload.settings,
     );
-    (outcome, request.name)
-}
-
-fn bad_request(message: String) -> Outcome {
-    Outcome::Reject {
-        message,
-        code: Some(400),
-    }
+    (verdict, request.name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
     use std::path::{Path, PathBuf};
 
     fn json_files(dir: &Path) -> Vec<PathBuf> {
@@ -190,7 +157,7 @@ mod tests {
         let (outcome, serde_name) =
             decide_quickly(payload).unwrap_or_else(|| decide_fully(payload));
         let shown = || String::from_utf8_lossy(payload).into_owned();
-        assert_eq!(outcome, Outcome::accept(), "{}", shown());
+        assert_eq!(outcome, Verdict::accept(), "{}", shown());
         assert_eq!(name, serde_name.as_deref(), "{}", shown());
         true
     }

@@ -12,7 +12,6 @@ use crate::quantity::{Quantity, QuantityError};
 use crate::settings::{Amount, Contract};
 use crate::view::{Amounts, ContainerView, List, SpecView};
 use k8s_openapi::api::core::v1::PodSpec;
-use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Resource {
@@ -85,7 +84,7 @@ pub enum Problem {
     },
 }
 
-/// One broken rule in one container.
+/// One broken rule in one container (`crate::verdict` renders it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
     pub container: String,
@@ -93,84 +92,19 @@ pub struct Violation {
     pub problem: Problem,
 }
 
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.init {
-            "init container"
-        } else {
-            "container"
-        };
-        write!(f, "{kind} {:?}: ", self.container)?;
-        match &self.problem {
-            Problem::Unparsable {
-                resource,
-                side,
-                value,
-                error,
-            } => write!(
-                f,
-                "resources.{}.{} {value:?} is not a valid quantity ({error})",
-                side.field(),
-                resource.key()
-            ),
-            Problem::Unset { resource } => write!(
-                f,
-                "{} has no request and no limit (Guaranteed QoS needs both, equal)",
-                resource.key()
-            ),
-            Problem::NoLimit { resource, request } => write!(
-                f,
-                "{} request {request} has no limit (Guaranteed QoS needs limit == request)",
-                resource.key()
-            ),
-            Problem::NotEqual {
-                resource,
-                request,
-                limit,
-            } => write!(
-                f,
-                "{} request {request} is not equal to its limit {limit} (Guaranteed QoS needs request == limit)",
-                resource.key()
-            ),
-            Problem::BelowMinimum {
-                resource,
-                side,
-                value,
-                minimum,
-            } => {
-                let side = match side {
-                    Side::Request => "request",
-                    Side::Limit => "limit",
-                };
-                write!(
-                    f,
-                    "{} {side} {value} is below the minimum {minimum}",
-                    resource.key()
-                )
-            }
-            Problem::NoRequest { resource, minimum } => write!(
-                f,
-                "{} request is missing (at least {minimum} is required)",
-                resource.key()
-            ),
-            Problem::EphemeralLimitSet { limit } => write!(
-                f,
-                "ephemeral-storage limit {limit} must not be set (the kubelet evicts a pod that exceeds it; set only a request)"
-            ),
+impl Problem {
+    /// The resource whose rule is broken.
+    pub fn resource(&self) -> Resource {
+        match self {
+            Problem::Unparsable { resource, .. }
+            | Problem::Unset { resource }
+            | Problem::NoLimit { resource, .. }
+            | Problem::NotEqual { resource, .. }
+            | Problem::BelowMinimum { resource, .. }
+            | Problem::NoRequest { resource, .. } => *resource,
+            Problem::EphemeralLimitSet { .. } => Resource::EphemeralStorage,
         }
     }
-}
-
-/// Joins violations into the one rejection message.
-pub fn describe(violations: &[Violation]) -> String {
-    use fmt::Write as _;
-    let mut message = String::new();
-    for (i, violation) in violations.iter().enumerate() {
-        let separator = if i == 0 { "" } else { "; " };
-        // Writing into a String cannot fail.
-        let _ = write!(message, "{separator}{violation}");
-    }
-    message
 }
 
 /// Every violation of the contract in a pod spec, regular containers first.
@@ -490,7 +424,11 @@ mod tests {
             ],
             ..Default::default()
         };
-        let message = describe(&check(&spec, &Contract::default()));
+        let message = check(&spec, &Contract::default())
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
         assert_eq!(
             message,
             "container \"sshd\": cpu request 50m is below the minimum 100m; \

@@ -673,23 +673,25 @@ mod tests {
                      "limits": {{"cpu": "500m", "memory": "1Gi"}}}}}}]}}}}"#
             );
             let object = RawValue::from_string(text).unwrap();
-            crate::admission::review(
-                &crate::admission::Request {
+            crate::admission::judge(
+                crate::admission::Request {
                     group: "",
                     kind: "Pod",
                     operation: "CREATE",
                     name: None,
-                    object: Some(&object),
-                    old_object: None,
+                    object: Some(crate::admission::Object::Raw {
+                        object: &object,
+                        old: None,
+                    }),
                 },
                 None,
             )
         };
-        assert_eq!(judge("50m", "500m"), crate::admission::Outcome::accept());
+        assert_eq!(judge("50m", "500m"), crate::Verdict::accept());
         let rejected = judge("500m", "50m");
         assert!(
-            matches!(&rejected, crate::admission::Outcome::Reject { message, .. }
-                if message.contains("cpu request 50m is not equal to its limit 500m")),
+            matches!(&rejected, crate::Verdict::Reject(rejection)
+                if rejection.message().contains("cpu request 50m is not equal to its limit 500m")),
             "{rejected:?}"
         );
     }

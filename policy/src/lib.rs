@@ -3,14 +3,16 @@
 //! Validates that every jump pod (and every jump-pod ReplicaSet template) is Guaranteed with
 //! at least the configured cpu, memory and ephemeral-storage request, and upgrades bare
 //! legacy pods at creation into the labelled schema. The contract itself lives in the
-//! `jumppod` crate (`jumppod::payload` reads and decides the payload and writes the answer);
-//! this crate only speaks waPC and logs. The host's native gate and the JavaScript build call
+//! `jumppod` crate (`jumppod::payload` reads and decides the payload), the answer in
+//! `jumppod-review` (the typed verdict rendered as the SDK writes it); this crate only speaks
+//! waPC and logs. The host's native gate and the JavaScript build call
 //! the same functions, so they cannot disagree with the module.
 
 pub mod settings;
 
-use jumppod::admission::Outcome;
-use jumppod::payload::{self, ValidationResponse};
+use jumppod::Verdict;
+use jumppod::payload;
+use jumppod_review::ValidationResponse;
 use kubewarden_policy_sdk::protocol_version_guest;
 use kubewarden_policy_sdk::settings::SettingsValidationResponse;
 use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
@@ -34,8 +36,8 @@ fn validate_settings(payload: &[u8]) -> CallResult {
 pub fn evaluate(payload: &[u8]) -> Vec<u8> {
     match decide(payload) {
         // The answer to almost every request, written once.
-        Outcome::Accept { warnings } if warnings.is_empty() => ACCEPTED.to_vec(),
-        outcome => encode(&ValidationResponse::from(outcome)),
+        Verdict::Accept { warnings } if warnings.is_empty() => ACCEPTED.to_vec(),
+        verdict => encode(&ValidationResponse::from(&verdict)),
     }
 }
 
@@ -47,18 +49,18 @@ pub fn check_settings(payload: &[u8]) -> SettingsValidationResponse {
     settings::check(payload)
 }
 
-fn decide(payload: &[u8]) -> Outcome {
-    let (outcome, name) = payload::decide(payload);
+fn decide(payload: &[u8]) -> Verdict {
+    let (verdict, name) = payload::decide(payload);
     // Natively there is no policy-server to log to (the SDK would print to stdout).
-    if cfg!(target_arch = "wasm32") && !matches!(outcome, Outcome::Accept { .. }) {
-        log(&outcome, name.as_deref().unwrap_or_default());
+    if cfg!(target_arch = "wasm32") && !matches!(verdict, Verdict::Accept { .. }) {
+        log(&verdict, name.as_deref().unwrap_or_default());
     }
-    outcome
+    verdict
 }
 
 /// Tells the policy-server's log what happened to a jump pod (the hot path never logs).
-fn log(outcome: &Outcome, name: &str) {
-    if let Some(record) = log_record(outcome, name, (file!(), line!(), column!())) {
+fn log(verdict: &Verdict, name: &str) {
+    if let Some(record) = log_record(verdict, name, (file!(), line!(), column!())) {
         // A log that cannot be delivered changes no verdict.
         let _ = guest::host_call("kubewarden", "tracing", "log", &record);
     }
@@ -67,11 +69,11 @@ fn log(outcome: &Outcome, name: &str) {
 /// The record the SDK's slog drain sends for `info!(logger, message; "name" => name, ...)`
 /// under a logger carrying `"policy" => "jumppod"`: the same fields, in the same order.
 /// Written directly, without slog, the module is about 17 KB smaller.
-fn log_record(outcome: &Outcome, name: &str, at: (&str, u32, u32)) -> Option<Vec<u8>> {
-    let (message, reason) = match outcome {
-        Outcome::Mutate { .. } => ("filled in what the jump-pod contract requires", None),
-        Outcome::Reject { message, .. } => ("rejected", Some(message.as_str())),
-        Outcome::Accept { .. } => return None,
+fn log_record(verdict: &Verdict, name: &str, at: (&str, u32, u32)) -> Option<Vec<u8>> {
+    let (message, reason) = match verdict {
+        Verdict::Mutate { .. } => ("filled in what the jump-pod contract requires", None),
+        Verdict::Reject(rejection) => ("rejected", Some(rejection.message())),
+        Verdict::Accept { .. } => return None,
     };
     let (file, line, column) = at;
     let mut record = serde_json::json!({
@@ -96,10 +98,10 @@ mod tests {
 
     #[test]
     fn the_written_acceptance_is_what_the_answer_encodes_to() {
-        let accept = Outcome::Accept {
-            warnings: Vec::new(),
-        };
-        assert_eq!(ACCEPTED, encode(&ValidationResponse::from(accept)));
+        assert_eq!(
+            ACCEPTED,
+            encode(&ValidationResponse::from(&Verdict::accept()))
+        );
         // And what the SDK writes: the same fields in the same order.
         let sdk = kubewarden_policy_sdk::response::ValidationResponse {
             accepted: true,
@@ -114,10 +116,9 @@ mod tests {
 
     #[test]
     fn a_rejection_is_logged_with_its_reason_and_an_acceptance_not_at_all() {
-        let reject = Outcome::Reject {
+        let reject = Verdict::Reject(jumppod::Rejection::Unreadable {
             message: "too small".to_owned(),
-            code: None,
-        };
+        });
         let record = log_record(
             &reject,
             "dstack-p-ssh-jump-pod",
@@ -127,9 +128,6 @@ mod tests {
             String::from_utf8(record.expect("a record")).unwrap(),
             r#"{"column":9,"file":"policy/src/lib.rs","level":"info","line":7,"message":"rejected","name":"dstack-p-ssh-jump-pod","policy":"jumppod","reason":"too small"}"#
         );
-        let accept = Outcome::Accept {
-            warnings: Vec::new(),
-        };
-        assert_eq!(log_record(&accept, "x", ("f", 1, 1)), None);
+        assert_eq!(log_record(&Verdict::accept(), "x", ("f", 1, 1)), None);
     }
 }

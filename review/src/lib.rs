@@ -3,7 +3,8 @@
 //! A policy answers `validate` with a [`ValidationResponse`] (the waPC shape the Kubewarden SDK
 //! writes); policy-server turns it into the AdmissionResponse the API server receives, with the
 //! mutated object as a base64 JSONPatch ([`admission_response`], what `kwctl run` prints).
-//! [`Policy`] is "judge this request": [`Native`] runs the guest's own code compiled natively
+//! [`Native::verdict`] is the typed verdict the answer is rendered from (the browser reads its
+//! violations as data). [`Policy`] is "judge this request": [`Native`] runs the guest's own code compiled natively
 //! (no Wasm runtime, the default of `jumppod ensure`); the `jumppod-wasm` crate runs the built
 //! module the way policy-server does. Both give the same bytes for the same request.
 
@@ -14,7 +15,7 @@ mod response;
 pub use error::Error;
 pub use native::Native;
 pub use response::{
-    SettingsResponse, ValidationResponse, admission_response, decode_patch, request_of,
+    SettingsResponse, ValidationResponse, admission_response, decode_patch, patch_of, request_of,
 };
 
 use serde_json::Value;

@@ -1,4 +1,5 @@
 use crate::{Error, Policy, SettingsResponse, ValidationResponse};
+use jumppod::Verdict;
 use jumppod::settings::Settings;
 use serde_json::{Value, json};
 
@@ -8,10 +9,18 @@ use serde_json::{Value, json};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Native;
 
+impl Native {
+    /// The typed verdict on one AdmissionRequest, before `validate` renders it: what a
+    /// rejection found (container, resource, rule, values) as data.
+    pub fn verdict(&self, request: &Value, settings: &Value) -> Verdict {
+        let payload = json!({"request": request, "settings": settings}).to_string();
+        jumppod::payload::decide(payload.as_bytes()).0
+    }
+}
+
 impl Policy for Native {
     fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
-        let payload = json!({"request": request, "settings": settings}).to_string();
-        Ok(jumppod::payload::decide(payload.as_bytes()).0.into())
+        Ok(ValidationResponse::from(&self.verdict(request, settings)))
     }
 
     fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error> {

@@ -1,14 +1,60 @@
 use crate::Error;
 use base64::Engine as _;
-pub use jumppod::payload::ValidationResponse;
+use jumppod::Verdict;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+/// The answer to `validate`, as the Kubewarden SDK writes it (the same fields in the same
+/// order, so the same bytes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ValidationResponse {
+    pub accepted: bool,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub code: Option<u16>,
+    #[serde(default)]
+    pub mutated_object: Option<Value>,
+    #[serde(default)]
+    pub audit_annotations: Option<Value>,
+    #[serde(default)]
+    pub warnings: Option<Vec<String>>,
+}
+
+/// The typed verdict as the module answers it: the message and warnings rendered.
+impl From<&Verdict> for ValidationResponse {
+    fn from(verdict: &Verdict) -> ValidationResponse {
+        let text = |w: &[jumppod::Warning]| w.iter().map(ToString::to_string).collect();
+        let (accepted, message, code, mutated_object, warnings): (_, _, _, _, Vec<String>) =
+            match verdict {
+                Verdict::Accept { warnings } => (true, None, None, None, text(warnings)),
+                Verdict::Mutate { object, warnings } => {
+                    (true, None, None, Some(object.clone()), text(warnings))
+                }
+                Verdict::Reject(rejection) => (
+                    false,
+                    Some(rejection.message()),
+                    rejection.code(),
+                    None,
+                    Vec::new(),
+                ),
+            };
+        ValidationResponse {
+            accepted,
+            message,
+            code,
+            mutated_object,
+            audit_annotations: None,
+            warnings: (!warnings.is_empty()).then_some(warnings),
+        }
+    }
+}
 
 /// The guest's answer to `validate_settings`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SettingsResponse {
     pub valid: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
@@ -36,6 +82,15 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
+/// The JSONPatch from the request's object to the mutated object the answer carries (empty
+/// when there is none, or it changes nothing).
+pub fn patch_of(request: &Value, response: &ValidationResponse) -> json_patch::Patch {
+    match (&response.mutated_object, request.get("object")) {
+        (Some(mutated), Some(object)) => json_patch::diff(object, mutated),
+        _ => json_patch::Patch(Vec::new()),
+    }
+}
+
 /// The AdmissionResponse policy-server sends back (and `kwctl run` prints): the mutated object
 /// becomes a base64 JSONPatch of the request's object; an empty diff is no patch.
 pub fn admission_response(request: &Value, response: &ValidationResponse) -> Value {
@@ -43,8 +98,8 @@ pub fn admission_response(request: &Value, response: &ValidationResponse) -> Val
         "uid": request.get("uid").cloned().unwrap_or(Value::String(String::new())),
         "allowed": response.accepted,
     });
-    if let (Some(mutated), Some(object)) = (&response.mutated_object, request.get("object")) {
-        let patch = json_patch::diff(object, mutated);
+    {
+        let patch = patch_of(request, response);
         if !patch.0.is_empty() {
             let text = serde_json::to_vec(&patch).unwrap_or_default();
             answer["patchType"] = json!("JSONPatch");

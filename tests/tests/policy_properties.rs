@@ -10,7 +10,8 @@
 
 mod policy_support;
 
-use jumppod::admission::{Outcome, Request, review};
+use jumppod::admission::{Object, Request};
+use jumppod::{Verdict, Warning};
 use jumppod_review::ValidationResponse;
 use proptest::prelude::*;
 use serde_json::value::{RawValue, to_raw_value};
@@ -645,26 +646,61 @@ fn resources_change(old: &Value, new: &Value) -> bool {
     })
 }
 
-fn judge(operation: &str, object: &Value, old: Option<&Value>, settings: &Settings) -> Outcome {
+fn judge(operation: &str, object: &Value, old: Option<&Value>, settings: &Settings) -> Answer {
     let object: Box<RawValue> = to_raw_value(object).unwrap();
     let old: Option<Box<RawValue>> = old.map(|o| to_raw_value(o).unwrap());
     let settings = to_raw_value(&settings.json()).unwrap();
     review(
-        &Request {
+        Request {
             group: "",
             kind: "Pod",
             operation,
             name: None,
-            object: Some(&object),
-            old_object: old.as_deref(),
+            object: Some(Object::Raw {
+                object: &object,
+                old: old.as_deref(),
+            }),
         },
         Some(&settings),
     )
 }
 
+/// The verdict as these properties read it: messages and warnings as the policy words them.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Accept {
+        warnings: Vec<String>,
+    },
+    Mutate {
+        object: Value,
+        warnings: Vec<String>,
+    },
+    Reject {
+        message: String,
+        code: Option<u16>,
+    },
+}
+
+fn review(request: Request<'_, '_>, settings: Option<&RawValue>) -> Answer {
+    let text = |w: Vec<Warning>| w.iter().map(ToString::to_string).collect();
+    match jumppod::judge(request, settings) {
+        Verdict::Accept { warnings } => Answer::Accept {
+            warnings: text(warnings),
+        },
+        Verdict::Mutate { object, warnings } => Answer::Mutate {
+            object,
+            warnings: text(warnings),
+        },
+        Verdict::Reject(rejection) => Answer::Reject {
+            message: rejection.message(),
+            code: rejection.code(),
+        },
+    }
+}
+
 /// Invalid settings reject a jump pod as a bad request naming the key.
-fn rejected_for_settings(outcome: &Outcome, key: &str) -> Result<(), TestCaseError> {
-    let Outcome::Reject { message, code } = outcome else {
+fn rejected_for_settings(outcome: &Answer, key: &str) -> Result<(), TestCaseError> {
+    let Answer::Reject { message, code } = outcome else {
         return Err(TestCaseError::fail(format!(
             "invalid `{key}` should reject a jump pod: {outcome:?}"
         )));
@@ -678,8 +714,8 @@ fn rejected_for_settings(outcome: &Outcome, key: &str) -> Result<(), TestCaseErr
     Ok(())
 }
 
-fn accepted_untouched(outcome: &Outcome) -> Result<(), TestCaseError> {
-    prop_assert_eq!(outcome, &Outcome::Accept { warnings: vec![] });
+fn accepted_untouched(outcome: &Answer) -> Result<(), TestCaseError> {
+    prop_assert_eq!(outcome, &Answer::Accept { warnings: vec![] });
     Ok(())
 }
 
@@ -698,14 +734,14 @@ proptest! {
             Err(key) => return rejected_for_settings(&outcome, key),
         };
         let verdict = match &outcome {
-            Outcome::Accept { .. } => Expected::Accept,
-            Outcome::Mutate { .. } => Expected::Mutate,
-            Outcome::Reject { .. } => Expected::Reject,
+            Answer::Accept { .. } => Expected::Accept,
+            Answer::Mutate { .. } => Expected::Mutate,
+            Answer::Reject { .. } => Expected::Reject,
         };
         prop_assert_eq!(verdict, expected(&pod, &contract), "{:?}", outcome);
         let shown = pod.identity.shown();
         match outcome {
-            Outcome::Reject { message, code } => {
+            Answer::Reject { message, code } => {
                 prop_assert_eq!(code, None);
                 let model = model(&pod, &contract);
                 let prefix = if !contract.mutate && (model.resource_fill || label_fill(&pod)) {
@@ -715,8 +751,8 @@ proptest! {
                 };
                 prop_assert!(message.starts_with(&prefix), "{}", message);
             }
-            Outcome::Accept { warnings } => prop_assert!(warnings.is_empty()),
-            Outcome::Mutate { object: mutated, warnings } => {
+            Answer::Accept { warnings } => prop_assert!(warnings.is_empty()),
+            Answer::Mutate { object: mutated, warnings } => {
                 prop_assert!(warnings.is_empty());
                 // The mutation only adds...
                 for op in json_patch::diff(&object, &mutated).0 {
@@ -746,7 +782,7 @@ proptest! {
                 }
                 // ...and what it makes needs nothing more: created again, it is accepted as is.
                 let again = judge("CREATE", &mutated, None, &settings);
-                prop_assert_eq!(again, Outcome::Accept { warnings: vec![] });
+                prop_assert_eq!(again, Answer::Accept { warnings: vec![] });
             }
         }
     }
@@ -772,17 +808,17 @@ proptest! {
         if resources_change(&old_json, &new_json) {
             // A resize is judged like a creation, with nothing filled in.
             match outcome {
-                Outcome::Accept { warnings } => prop_assert!(rules_hold && warnings.is_empty(), "{:?}", warnings),
-                Outcome::Reject { message, code } => {
+                Answer::Accept { warnings } => prop_assert!(rules_hold && warnings.is_empty(), "{:?}", warnings),
+                Answer::Reject { message, code } => {
                     prop_assert!(!rules_hold);
                     prop_assert_eq!(code, None);
                     prop_assert!(message.contains("does not meet the jump-pod contract: "), "{}", message);
                 }
-                Outcome::Mutate { .. } => prop_assert!(false, "an update was mutated"),
+                Answer::Mutate { .. } => prop_assert!(false, "an update was mutated"),
             }
         } else {
             // Unchanged resources are never rejected: warned exactly when they break a rule.
-            let Outcome::Accept { warnings } = outcome else {
+            let Answer::Accept { warnings } = outcome else {
                 return Err(TestCaseError::fail(format!("an update that keeps the resources was not accepted: {outcome:?}")));
             };
             prop_assert_eq!(warnings.len(), usize::from(!rules_hold), "{:?}", warnings);
@@ -798,7 +834,7 @@ proptest! {
                      "template": {"metadata": {"labels": template["metadata"]["labels"]}, "spec": template["spec"]}}});
         let raw = to_raw_value(&rs).unwrap();
         let raw_settings = to_raw_value(&settings.json()).unwrap();
-        let outcome = review(&Request { group: "apps", kind: "ReplicaSet", operation: "CREATE", name: Some(NAME), object: Some(&raw), old_object: None }, Some(&raw_settings));
+        let outcome = review(Request { group: "apps", kind: "ReplicaSet", operation: "CREATE", name: Some(NAME), object: Some(Object::Raw { object: &raw, old: None }) }, Some(&raw_settings));
         if !pod.identity.judges_a_template() {
             return accepted_untouched(&outcome);
         }
@@ -808,9 +844,9 @@ proptest! {
         };
         let rules_hold = model(&pod, &contract).rules_hold();
         match outcome {
-            Outcome::Accept { warnings } => prop_assert!(rules_hold && warnings.is_empty()),
-            Outcome::Reject { code, .. } => prop_assert!(!rules_hold && code.is_none()),
-            Outcome::Mutate { .. } => prop_assert!(false, "a ReplicaSet was mutated"),
+            Answer::Accept { warnings } => prop_assert!(rules_hold && warnings.is_empty()),
+            Answer::Reject { code, .. } => prop_assert!(!rules_hold && code.is_none()),
+            Answer::Mutate { .. } => prop_assert!(false, "a ReplicaSet was mutated"),
         }
     }
 }

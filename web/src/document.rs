@@ -67,14 +67,12 @@ pub fn object(what: &str, value: Value, expected: &str) -> Result<Value, InputEr
 /// The AdmissionRequest inside a document: a whole AdmissionReview or a bare request (what
 /// `kwctl run --request-path` accepts).
 pub fn admission_request(document: &Value) -> Result<&Value, InputError> {
-    let request = document.get("request").unwrap_or(document);
-    if !request.is_object() {
-        return Err(error(
+    jumppod_review::request_of(document).map_err(|_| {
+        error(
             "the admission review",
             "has a `request` that is not an object".to_owned(),
-        ));
-    }
-    Ok(request)
+        )
+    })
 }
 
 /// How a manifest is submitted: created, or updated from an old object.

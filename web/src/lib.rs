@@ -15,12 +15,13 @@ use serde::Serialize;
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 
-pub use review::{Finding, Review, SettingsCheck, Validation, Verdict};
+pub use jumppod_review::SettingsResponse;
+pub use review::{Review, RuleBroken, VerdictKind};
 
 /// Reviews an AdmissionRequest or a whole AdmissionReview, as the module would.
 pub fn review_document(document: &Value, settings: &Value) -> Result<Review, InputError> {
     let request = document::admission_request(document)?;
-    Ok(review::review(request, settings))
+    Ok(review::review_request(request, settings))
 }
 
 /// Reviews a bare Pod or ReplicaSet manifest as the API server would submit it: created, or
@@ -31,7 +32,7 @@ pub fn judge_manifest(
     old: Option<Value>,
 ) -> Result<Review, InputError> {
     let request = document::admission_request_for(manifest, &Submission { update_of: old })?;
-    Ok(review::review(&request, settings))
+    Ok(review::review_request(&request, settings))
 }
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -212,7 +213,7 @@ pub fn judge_js(
 pub fn check_settings_js(settings: Option<SettingsArg>) -> Result<JsValue, JsError> {
     let check = match settings_value(settings.as_deref()) {
         Ok(settings) => review::check_settings(&settings),
-        Err(message) => SettingsCheck {
+        Err(message) => SettingsResponse {
             valid: false,
             message: Some(message),
         },

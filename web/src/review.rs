@@ -1,35 +1,32 @@
-//! The Kubewarden module's answer, computed with the functions the module runs: the payload
-//! read and decided by `jumppod::payload` (through `jumppod_review::Native`), and what
-//! policy-server (and `kwctl run`) make of the answer (`jumppod_review::admission_response`:
-//! the mutated object as a base64 JSONPatch, no patch for an empty diff).
+//! The Kubewarden module's answer, computed with the functions the module runs, in the shape
+//! the JavaScript API returns: the typed verdict from `jumppod_review::Native` (violations
+//! as data, not parsed back from the message), the module's `validate` answer rendered from
+//! it, and what policy-server (and `kwctl run`) make of that answer
+//! (`jumppod_review::admission_response`, with the JSONPatch of `jumppod_review::patch_of`).
 
-use jumppod_review::{Native, Policy as _, ValidationResponse, admission_response};
+use jumppod::mutate::Fill;
+use jumppod::rules::Violation;
+use jumppod::verdict::{Rejection, Verdict, Warning};
+use jumppod_review::{
+    Native, Policy as _, SettingsResponse, ValidationResponse, admission_response, patch_of,
+};
 use serde::Serialize;
 use serde_json::Value;
 
-/// The guest's `validate` answer, field for field as the Kubewarden SDK writes it.
-pub type Validation = ValidationResponse;
-
-/// The guest's `validate_settings` answer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SettingsCheck {
-    pub valid: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
-
+/// What the JavaScript API calls the verdict: accepted, mutated or rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub enum VerdictKind {
     Accepted,
     Mutated,
     Rejected,
 }
 
-/// One broken rule (or one missing value), as the policy words it.
+/// One broken rule (or one value missing when mutation is off), as the JavaScript API lists
+/// it (the TypeScript type `Finding`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Finding {
+pub struct RuleBroken {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
     pub init: bool,
@@ -40,19 +37,78 @@ pub struct Finding {
     pub text: String,
 }
 
+impl From<&Violation> for RuleBroken {
+    fn from(violation: &Violation) -> RuleBroken {
+        RuleBroken {
+            container: Some(violation.container.clone()),
+            init: violation.init,
+            resource: Some(violation.problem.resource().key().to_owned()),
+            text: violation.problem.to_string(),
+        }
+    }
+}
+
+impl From<&Fill> for RuleBroken {
+    fn from(fill: &Fill) -> RuleBroken {
+        match fill {
+            Fill::Resource {
+                init,
+                container,
+                resource,
+                ..
+            } => RuleBroken {
+                container: Some(container.clone()),
+                init: *init,
+                resource: Some(resource.key().to_owned()),
+                text: fill.missing(),
+            },
+            Fill::Label { key, .. } => RuleBroken {
+                container: None,
+                init: false,
+                resource: Some((*key).to_owned()),
+                text: fill.missing(),
+            },
+        }
+    }
+}
+
+/// The rules a verdict names: a rejection's, else those an accepted update still breaks.
+fn broken_rules(verdict: &Verdict) -> Vec<RuleBroken> {
+    let unchanged = |warnings: &[Warning]| -> Vec<RuleBroken> {
+        warnings
+            .iter()
+            .flat_map(|w| match w {
+                Warning::Unchanged { violations, .. } => violations.as_slice(),
+                Warning::LabelNotSet(_) => &[],
+            })
+            .map(RuleBroken::from)
+            .collect()
+    };
+    match verdict {
+        Verdict::Reject(Rejection::Broken { violations, .. }) => {
+            violations.iter().map(RuleBroken::from).collect()
+        }
+        Verdict::Reject(Rejection::Missing { fills, .. }) => {
+            fills.iter().map(RuleBroken::from).collect()
+        }
+        Verdict::Reject(Rejection::Unreadable { .. }) => Vec::new(),
+        Verdict::Accept { warnings } | Verdict::Mutate { warnings, .. } => unchanged(warnings),
+    }
+}
+
 /// Everything the module says about one request, and the views of it people read.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Review {
     pub allowed: bool,
-    pub verdict: Verdict,
+    pub verdict: VerdictKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<u16>,
     pub warnings: Vec<String>,
-    /// The rejection message (or a warning about an unchanged update), one rule a line.
-    pub violations: Vec<Finding>,
+    /// The rejection (or the warning about an unchanged update), one rule each.
+    pub violations: Vec<RuleBroken>,
     /// The JSONPatch operations; empty when nothing changes.
     pub patch: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,41 +119,34 @@ pub struct Review {
     /// The AdmissionResponse the policy-server returns (what `kwctl run` prints).
     pub response: Value,
     /// The module's own `validate` answer.
-    pub validation: Validation,
+    pub validation: ValidationResponse,
 }
 
 /// The guest's `validate_settings` on a settings document.
-pub fn check_settings(settings: &Value) -> SettingsCheck {
-    match Native.validate_settings(settings) {
-        Ok(answer) => SettingsCheck {
-            valid: answer.valid,
-            message: answer.message,
-        },
-        Err(e) => SettingsCheck {
+pub fn check_settings(settings: &Value) -> SettingsResponse {
+    Native
+        .validate_settings(settings)
+        .unwrap_or_else(|e| SettingsResponse {
             valid: false,
             message: Some(e.to_string()),
-        },
-    }
+        })
 }
 
 /// Reviews one AdmissionRequest with the given settings, as the module and the
 /// policy-server would.
-pub fn review(request: &Value, settings: &Value) -> Review {
-    // Native never fails: the core answers every payload.
-    let validation = Native.validate(request, settings).unwrap_or_default();
+pub fn review_request(request: &Value, settings: &Value) -> Review {
+    let verdict = Native.verdict(request, settings);
+    let validation = ValidationResponse::from(&verdict);
     let response = admission_response(request, &validation);
-    let patch = match (&validation.mutated_object, request.get("object")) {
-        (Some(mutated), Some(object)) => json_patch::diff(object, mutated),
-        _ => json_patch::Patch(Vec::new()),
-    };
+    let patch = patch_of(request, &validation);
     let object = request.get("object").filter(|o| !o.is_null()).cloned();
-    let verdict = match (validation.accepted, patch.0.is_empty()) {
-        (false, _) => Verdict::Rejected,
-        (true, true) => Verdict::Accepted,
-        (true, false) => Verdict::Mutated,
+    let kind = match (validation.accepted, patch.0.is_empty()) {
+        (false, _) => VerdictKind::Rejected,
+        (true, true) => VerdictKind::Accepted,
+        (true, false) => VerdictKind::Mutated,
     };
-    let patched_object = match (&object, verdict) {
-        (Some(object), Verdict::Mutated) => {
+    let patched_object = match (&object, kind) {
+        (Some(object), VerdictKind::Mutated) => {
             let mut patched = object.clone();
             json_patch::patch(&mut patched, &patch.0)
                 .ok()
@@ -105,18 +154,13 @@ pub fn review(request: &Value, settings: &Value) -> Review {
         }
         _ => None,
     };
-    let warnings = validation.warnings.clone().unwrap_or_default();
-    let violations = match &validation.message {
-        Some(message) => findings(message),
-        None => warnings.iter().flat_map(|w| findings(w)).collect(),
-    };
     Review {
         allowed: validation.accepted,
-        verdict,
+        verdict: kind,
         message: validation.message.clone(),
         code: validation.code,
-        warnings,
-        violations,
+        warnings: validation.warnings.clone().unwrap_or_default(),
+        violations: broken_rules(&verdict),
         patch: serde_json::to_value(&patch).unwrap_or(Value::Array(Vec::new())),
         object,
         patched_object,
@@ -125,144 +169,94 @@ pub fn review(request: &Value, settings: &Value) -> Review {
     }
 }
 
-const ITEM_STARTS: [&str; 3] = ["container \"", "init container \"", "label "];
-
-/// Splits a message of the core (`<what> does not meet the jump-pod contract: <item>; <item>`)
-/// into its items. A message with no such items (a bad request) gives none.
-pub fn findings(message: &str) -> Vec<Finding> {
-    let Some(start) = ITEM_STARTS
-        .iter()
-        .filter_map(|item| message.find(&format!(": {item}")))
-        .min()
-    else {
-        return Vec::new();
-    };
-    let mut items = Vec::new();
-    let mut rest = &message[start + 2..];
-    loop {
-        let next = ITEM_STARTS
-            .iter()
-            .filter_map(|item| rest.find(&format!("; {item}")))
-            .min();
-        match next {
-            Some(end) => {
-                items.push(&rest[..end]);
-                rest = &rest[end + 2..];
-            }
-            None => {
-                items.push(rest);
-                break;
-            }
-        }
-    }
-    items.into_iter().map(finding).collect()
-}
-
-fn finding(item: &str) -> Finding {
-    if let Some(label) = item.strip_prefix("label ") {
-        return Finding {
-            container: None,
-            init: false,
-            resource: label.split_whitespace().next().map(str::to_owned),
-            text: item.to_owned(),
-        };
-    }
-    let (init, quoted) = match item.strip_prefix("init container ") {
-        Some(rest) => (true, rest),
-        None => (false, item.strip_prefix("container ").unwrap_or(item)),
-    };
-    let Some((container, text)) = split_quoted(quoted) else {
-        return Finding {
-            container: None,
-            init,
-            resource: None,
-            text: item.to_owned(),
-        };
-    };
-    Finding {
-        container: Some(container),
-        init,
-        resource: resource_of(text).map(str::to_owned),
-        text: text.to_owned(),
-    }
-}
-
-/// `"name": text` (the name as Rust's `{:?}` quotes it) into the name and the text.
-fn split_quoted(quoted: &str) -> Option<(String, &str)> {
-    let mut escaped = false;
-    for (i, c) in quoted.char_indices().skip(1) {
-        match c {
-            '\\' if !escaped => escaped = true,
-            '"' if !escaped => {
-                let name = serde_json::from_str::<String>(&quoted[..=i])
-                    .unwrap_or_else(|_| quoted[1..i].to_owned());
-                let text = quoted[i + 1..].strip_prefix(": ")?;
-                return Some((name, text));
-            }
-            _ => escaped = false,
-        }
-    }
-    None
-}
-
-fn resource_of(text: &str) -> Option<&'static str> {
-    let text = text
-        .strip_prefix("resources.requests.")
-        .or_else(|| text.strip_prefix("resources.limits."))
-        .unwrap_or(text);
-    ["ephemeral-storage", "cpu", "memory"]
-        .into_iter()
-        .find(|resource| text.starts_with(resource))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rstest::rstest;
     use serde_json::json;
 
-    #[test]
-    fn a_rejection_is_split_into_one_finding_per_container_and_resource() {
-        let message = "jump pod \"p\" does not meet the jump-pod contract: container \"sshd\": cpu request 50m is below the minimum 100m; \
-                       container \"sshd\": ephemeral-storage limit 1Gi must not be set (the kubelet evicts a pod that exceeds it; set only a request); \
-                       init container \"setup\": memory request 1Gi is not equal to its limit 2Gi (Guaranteed QoS needs request == limit)";
-        let found = findings(message);
-        assert_eq!(found.len(), 3, "{found:?}");
-        assert_eq!(found[0].container.as_deref(), Some("sshd"));
-        assert_eq!(found[0].resource.as_deref(), Some("cpu"));
-        assert_eq!(found[0].text, "cpu request 50m is below the minimum 100m");
-        assert_eq!(found[1].resource.as_deref(), Some("ephemeral-storage"));
-        assert!(found[1].text.ends_with("set only a request)"), "{found:?}");
-        assert!(found[2].init);
-        assert_eq!(found[2].container.as_deref(), Some("setup"));
-        assert_eq!(found[2].resource.as_deref(), Some("memory"));
-    }
-
-    #[rstest]
-    #[case::unparsable(
-        "container \"c\": resources.limits.cpu \"1.1.M\" is not a valid quantity (x)",
-        "cpu"
-    )]
-    #[case::missing_when_mutation_is_off(
-        "container \"c\": resources.requests.ephemeral-storage is missing (would be set to 64Mi)",
-        "ephemeral-storage"
-    )]
-    fn the_resource_is_found_in_field_paths_too(#[case] item: &str, #[case] resource: &str) {
-        let found = findings(&format!("jump pod \"p\" is off: {item}"));
-        assert_eq!(found[0].resource.as_deref(), Some(resource), "{found:?}");
+    fn pod_request(name: &str, containers: Value) -> Value {
+        json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+               "operation": "CREATE",
+               "object": {"apiVersion": "v1", "kind": "Pod",
+                          "metadata": {"name": name,
+                                       "labels": {"app.kubernetes.io/name": "dstack-ssh-proxy"}},
+                          "spec": {"containers": containers}}})
     }
 
     #[test]
-    fn a_bad_request_has_no_findings() {
-        assert!(findings("cannot read jump pod \"p\": spec.containers: invalid type").is_empty());
+    fn a_rejection_lists_one_rule_per_container_and_resource_from_the_verdict() {
+        let request = pod_request(
+            "dstack-main-ssh-jump-pod-x",
+            json!([{"name": "a\"; b", "resources": {
+                "requests": {"cpu": "50m", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+                "limits": {"cpu": "50m", "memory": "1Gi", "ephemeral-storage": "1Gi"}}}]),
+        );
+        let review = review_request(&request, &json!({}));
+        assert_eq!(review.verdict, VerdictKind::Rejected);
+        let found: Vec<_> = review
+            .violations
+            .iter()
+            .map(|v| {
+                (
+                    v.container.as_deref(),
+                    v.resource.as_deref(),
+                    v.text.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    Some("a\"; b"),
+                    Some("cpu"),
+                    "cpu request 50m is below the minimum 100m"
+                ),
+                (
+                    Some("a\"; b"),
+                    Some("ephemeral-storage"),
+                    "ephemeral-storage limit 1Gi must not be set (the kubelet evicts a pod that exceeds it; set only a request)"
+                ),
+            ]
+        );
+        // The message is the same rules, rendered.
+        let message = review.message.unwrap();
+        for v in &review.violations {
+            assert!(message.contains(&v.text), "{message}");
+        }
     }
 
     #[test]
-    fn a_container_name_with_quotes_and_semicolons_is_read_whole() {
-        let found =
-            findings(r#"x: container "a\"; b": cpu has no request and no limit (needs both)"#);
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].container.as_deref(), Some("a\"; b"));
+    fn with_mutation_off_the_missing_values_are_listed_with_their_resource_or_label() {
+        let mut request = pod_request("dstack-main-ssh-jump-pod", json!([{"name": "sshd"}]));
+        request["object"]["metadata"]["labels"] =
+            json!({"app.kubernetes.io/name": "dstack-main-ssh-jump-pod"});
+        let review = review_request(&request, &json!({"mutate": false}));
+        assert_eq!(review.verdict, VerdictKind::Rejected);
+        let label = review
+            .violations
+            .iter()
+            .find(|v| v.container.is_none())
+            .expect("a label");
+        assert!(label.text.starts_with("label "), "{label:?}");
+        let cpu = review
+            .violations
+            .iter()
+            .find(|v| v.resource.as_deref() == Some("cpu"))
+            .expect("the cpu request");
+        assert_eq!(cpu.container.as_deref(), Some("sshd"));
+        assert_eq!(
+            cpu.text,
+            "resources.requests.cpu is missing (would be set to 500m)"
+        );
+    }
+
+    #[test]
+    fn a_bad_request_lists_no_rules() {
+        let request = pod_request("dstack-main-ssh-jump-pod-x", json!("sshd"));
+        let review = review_request(&request, &json!({}));
+        assert_eq!(review.code, Some(400));
+        assert!(review.violations.is_empty(), "{:?}", review.violations);
     }
 
     #[test]
@@ -273,8 +267,8 @@ mod tests {
             "spec": {"containers": [{"name": "sshd"}]}});
         let request = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
                              "operation": "CREATE", "object": pod});
-        let review = review(&request, &json!({}));
-        assert_eq!(review.verdict, Verdict::Mutated);
+        let review = review_request(&request, &json!({}));
+        assert_eq!(review.verdict, VerdictKind::Mutated);
         assert_eq!(review.response["patchType"], "JSONPatch");
         let patched = review.patched_object.unwrap();
         assert_eq!(
