@@ -105,13 +105,13 @@ struct TemplateOf<'a> {
 /// What the policy judges: a pod or a ReplicaSet being created or updated. Every other
 /// request is accepted as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Scope {
+enum Scope {
     Pod,
     ReplicaSet,
     Other,
 }
 
-pub(crate) fn scope(operation: &str, group: &str, kind: &str) -> Scope {
+fn scope(operation: &str, group: &str, kind: &str) -> Scope {
     if !matches!(operation, "CREATE" | "UPDATE") {
         return Scope::Other;
     }
@@ -123,7 +123,7 @@ pub(crate) fn scope(operation: &str, group: &str, kind: &str) -> Scope {
 }
 
 /// The name a pod is judged by: its own, else the request's (an empty name is none).
-pub(crate) fn judged_name<'a>(own: Option<&'a str>, request: Option<&'a str>) -> Option<&'a str> {
+fn judged_name<'a>(own: Option<&'a str>, request: Option<&'a str>) -> Option<&'a str> {
     own.filter(|n| !n.is_empty())
         .or(request.filter(|n| !n.is_empty()))
 }

@@ -5,7 +5,6 @@
 
 pub mod admission;
 pub mod mutate;
-pub mod ordinary;
 pub mod payload;
 pub mod quantity;
 pub mod rules;

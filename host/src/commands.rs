@@ -89,7 +89,8 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
                 cert: tls_cert,
                 key: tls_key,
                 load: Box::new(move || {
-                    let module = crate::eval::load_checked(&module.policy, &checked)?;
+                    // Compiled on every start, not cached: what a pod does on its first start.
+                    let module = crate::eval::load_checked(&module.policy, &checked, None)?;
                     Ok(std::sync::Arc::new(module) as std::sync::Arc<dyn jumppod_review::Policy>)
                 }),
                 settings,

@@ -3,7 +3,7 @@
 use crate::error::HostError;
 use jumppod_plan::config::ConfigError;
 use jumppod_review::{Policy, admission_response, decode_patch, request_of};
-use jumppod_wasm::WasmPolicy;
+use jumppod_wasm::{ModuleCache, WasmPolicy};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -25,7 +25,7 @@ pub fn eval(
         .iter()
         .map(|file| read(file))
         .collect::<Result<Vec<_>, _>>()?;
-    let policy = load_checked(module, settings)?;
+    let policy = load_checked(module, settings, ModuleCache::user().as_ref())?;
     documents
         .iter()
         .zip(files)
@@ -39,9 +39,15 @@ pub fn eval(
         .collect()
 }
 
-/// Compiles the module and checks the settings with it, as policy-server does at start.
-pub fn load_checked(module: &Path, settings: &Value) -> Result<WasmPolicy, HostError> {
-    let policy = WasmPolicy::from_file(module)?;
+/// Compiles the module (or loads it compiled from `cache`) and checks the settings with it, as
+/// policy-server does at start.
+pub fn load_checked(
+    module: &Path,
+    settings: &Value,
+    cache: Option<&ModuleCache>,
+) -> Result<WasmPolicy, HostError> {
+    let policy = WasmPolicy::from_file_cached(module, cache)?;
+    tracing::info!(module = %module.display(), origin = ?policy.origin(), "policy module loaded");
     let verdict = policy.validate_settings(settings)?;
     if !verdict.valid {
         return Err(ConfigError {

@@ -74,7 +74,11 @@ impl Gate {
             #[cfg(feature = "wasm")]
             Source::Module(path) => {
                 let _span = tracing::info_span!("compile", module = %path.display()).entered();
-                Arc::new(jumppod_wasm::WasmPolicy::from_file(path)?)
+                let cache = jumppod_wasm::ModuleCache::user();
+                Arc::new(jumppod_wasm::WasmPolicy::from_file_cached(
+                    path,
+                    cache.as_ref(),
+                )?)
             }
         };
         *loaded = Some(policy.clone());

@@ -260,6 +260,80 @@ async fn eval_of_several_files_answers_one_line_each_in_order() {
     assert_eq!(lines[1]["allowed"], true);
 }
 
+/// `eval` with a cache directory of its own ($XDG_CACHE_HOME): the first run compiles the
+/// module and writes its entry, the second loads it from there; an entry cut short or with a
+/// byte flipped is compiled again and replaced, with a warning, and the answer is the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_loads_the_module_compiled_from_the_cache_and_recompiles_a_damaged_entry() {
+    let module = policy_module();
+    let cache = std::env::temp_dir().join(format!("jumppod-cli-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let file = fixture("legacy_bare_pod_create.json");
+    let eval = || {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+            .args(["eval", &file, "--policy", &module])
+            .env("XDG_CACHE_HOME", &cache)
+            .env("RUST_LOG", "info")
+            .output()
+    };
+    let origin = |out: &std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("policy module loaded"))
+            .unwrap_or_else(|| panic!("no load logged: {}", text(out)))
+            .to_owned();
+        line
+    };
+    let first = eval().await.unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    assert!(
+        origin(&first).contains("origin=Compiled"),
+        "{}",
+        text(&first)
+    );
+    let entries: Vec<_> = std::fs::read_dir(cache.join("jumppod"))
+        .expect("the cache directory is made")
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let second = eval().await.unwrap();
+    assert!(
+        origin(&second).contains("origin=Cached"),
+        "{}",
+        text(&second)
+    );
+    assert_eq!(json_of(&second), json_of(&first));
+
+    let damages: [fn(&mut Vec<u8>); 2] = [
+        |entry| entry.truncate(entry.len() / 3),
+        |entry| {
+            let at = entry.len() / 2;
+            entry[at] ^= 0x01;
+        },
+    ];
+    for damage in damages {
+        let mut bytes = std::fs::read(&entries[0]).unwrap();
+        damage(&mut bytes);
+        std::fs::write(&entries[0], &bytes).unwrap();
+        let again = eval().await.unwrap();
+        assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+        assert!(
+            origin(&again).contains("origin=Recompiled"),
+            "{}",
+            text(&again)
+        );
+        assert!(
+            String::from_utf8_lossy(&again.stderr).contains("cache entry is unusable"),
+            "{}",
+            text(&again)
+        );
+        assert_eq!(json_of(&again), json_of(&first));
+        assert!(origin(&eval().await.unwrap()).contains("origin=Cached"));
+    }
+    std::fs::remove_dir_all(&cache).unwrap();
+}
+
 /// `jumppod keys` through the binary (common/both.rs, on both backends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_added_listed_and_removed_through_the_binary() {

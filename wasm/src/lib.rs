@@ -3,10 +3,15 @@
 //! bounding every call (one tick a second, a 2-tick deadline by default), and the
 //! `kubewarden/tracing/log` capability answered.
 //!
-//! Compiling the 1 MiB module with cranelift costs seconds and hundreds of MiB, so only the
-//! places where the exact module matters load it: `jumppod eval`, `--policy FILE`, the tests
-//! that prove the module and the native build agree.
+//! Compiling the 1 MiB module with cranelift costs seconds and, as policy-server compiles it,
+//! hundreds of MiB, so only the places where the exact module matters load it: `jumppod eval`,
+//! `--policy FILE` and `webhook` (compiled [`Compilation::Lean`], through a cache of compiled
+//! modules for `eval` and `--policy`), the tests that prove the module and the native build
+//! agree.
 
+mod cache;
+
+pub use cache::{ModuleCache, Origin};
 use jumppod_review::{Error, Policy, SettingsResponse, ValidationResponse};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -47,6 +52,7 @@ fn runtime(what: &'static str) -> impl FnOnce(wasmtime::Error) -> LoadError {
 /// A compiled policy module.
 pub struct WasmPolicy {
     pre: WasmtimeEngineProviderPre,
+    origin: Origin,
     deadlines: EpochDeadlines,
     stop_ticker: Arc<AtomicBool>,
 }
@@ -60,11 +66,23 @@ impl Drop for WasmPolicy {
 impl WasmPolicy {
     /// Reads and compiles a module file with policy-server's defaults.
     pub fn from_file(path: &Path) -> Result<WasmPolicy, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        WasmPolicy::load(&bytes)
+        let bytes = read(path)?;
+        WasmPolicy::build(
+            &bytes,
+            DEFAULT_DEADLINE_TICKS,
+            Compilation::PolicyServer,
+            None,
+        )
+    }
+
+    /// Reads a module file and compiles it [`Compilation::Lean`], or loads it compiled from
+    /// `cache`: what `jumppod eval`, `--policy` and `webhook` run.
+    pub fn from_file_cached(
+        path: &Path,
+        cache: Option<&ModuleCache>,
+    ) -> Result<WasmPolicy, LoadError> {
+        let bytes = read(path)?;
+        WasmPolicy::build(&bytes, DEFAULT_DEADLINE_TICKS, Compilation::Lean, cache)
     }
 
     /// Compiles a module with policy-server's defaults.
@@ -74,11 +92,35 @@ impl WasmPolicy {
 
     /// Compiles a module; every call may run for `ticks` seconds.
     pub fn with_deadline(wasm: &[u8], ticks: u64) -> Result<WasmPolicy, LoadError> {
-        let mut config = wasmtime::Config::default();
-        config.epoch_interruption(true);
-        let engine = wasmtime::Engine::new(&config).map_err(runtime("cannot start wasmtime"))?;
-        let module = wasmtime::Module::new(&engine, wasm)
-            .map_err(runtime("not a loadable WebAssembly module"))?;
+        WasmPolicy::build(wasm, ticks, Compilation::PolicyServer, None)
+    }
+
+    /// Where the module came from: compiled, or the cache.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    fn build(
+        wasm: &[u8],
+        ticks: u64,
+        compilation: Compilation,
+        cache: Option<&ModuleCache>,
+    ) -> Result<WasmPolicy, LoadError> {
+        let engine = wasmtime::Engine::new(&config(compilation))
+            .map_err(runtime("cannot start wasmtime"))?;
+        let precompiled = || precompile(wasm, compilation);
+        let (module, origin) = match cache {
+            Some(cache) => cache.module(&engine, wasm, precompiled),
+            // SAFETY: compiled just now by an engine of the same configuration.
+            None => precompiled()
+                .and_then(|serialized| unsafe {
+                    wasmtime::Module::deserialize(&engine, &serialized)
+                })
+                .map(|module| (module, Origin::Compiled)),
+        }
+        .map_err(runtime("not a loadable WebAssembly module"))?;
+        // The compiler's engine is gone: what it freed goes back to the system.
+        release_freed_memory();
         let pre = WasmtimeEngineProviderBuilder::new()
             .engine(engine.clone())
             .module(module)
@@ -109,6 +151,7 @@ impl WasmPolicy {
             })?;
         Ok(WasmPolicy {
             pre,
+            origin,
             deadlines: EpochDeadlines {
                 wapc_init: ticks,
                 wapc_func: ticks,
@@ -131,6 +174,59 @@ impl WasmPolicy {
             .map_err(|e| module_error(e.into()))?;
         Ok(Instance { wapc })
     }
+}
+
+/// How a module is compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compilation {
+    /// As policy-server compiles it: wasmtime's defaults (cranelift's backtracking register
+    /// allocator, functions compiled in parallel).
+    PolicyServer,
+    /// Bounded memory: one function at a time, with cranelift's single-pass register
+    /// allocator. The policy module has two functions of 110 KB and 68 KB of Wasm, on which
+    /// the backtracking allocator alone takes hundreds of MiB (the webhook peaked at 624 MiB
+    /// compiling, 111 MiB this way), for slower code where a review spends microseconds of
+    /// its milliseconds.
+    Lean,
+}
+
+/// The engine's configuration: epoch interruption on, as policy-server runs it.
+fn config(compilation: Compilation) -> wasmtime::Config {
+    let mut config = wasmtime::Config::default();
+    config.epoch_interruption(true);
+    if compilation == Compilation::Lean {
+        config.parallel_compilation(false);
+        config.cranelift_regalloc_algorithm(wasmtime::RegallocAlgorithm::SinglePass);
+    }
+    config
+}
+
+/// The module compiled and serialized, by an engine of its own, dropped once it is done: an
+/// engine keeps its compiler's per-thread contexts (buffers the size of the largest function
+/// it compiled) for its next compilation, which the serving engine never makes.
+fn precompile(wasm: &[u8], compilation: Compilation) -> wasmtime::Result<Vec<u8>> {
+    wasmtime::Engine::new(&config(compilation))?.precompile_module(wasm)
+}
+
+/// Gives the memory compiling freed back to the system: glibc keeps freed memory in the
+/// arenas of the threads that freed it (the compiling threads': 90 MiB after the module is
+/// compiled) until told.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: glibc's malloc_trim only returns free memory of its arenas to the system.
+        unsafe { malloc_trim(0) };
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 impl Policy for WasmPolicy {
