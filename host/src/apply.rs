@@ -16,7 +16,7 @@ use serde::Serialize;
 /// What happened to one action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Outcome {
+pub enum ActionOutcome {
     Done,
     /// Create answered 409 AlreadyExists.
     AlreadyExisted,
@@ -29,7 +29,7 @@ pub enum Outcome {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Applied {
     pub action: Action,
-    pub outcome: Outcome,
+    pub outcome: ActionOutcome,
 }
 
 /// Sends the actions in order; stops at the first permanent error.
@@ -91,7 +91,7 @@ pub async fn apply(
                         // not yet stored), so the read is repeated for a moment.
                         let name = name_of(&service.metadata);
                         if twin_appears(kube, &api, namespace, service).await? {
-                            Outcome::AlreadyExisted
+                            ActionOutcome::AlreadyExisted
                         } else {
                             return Err(HostError::NodePortTaken {
                                 service: name.to_owned(),
@@ -164,19 +164,29 @@ fn same_service(found: &Service, wanted: &Service) -> bool {
     selector(found) == selector(wanted) && node_port(found) == node_port(wanted)
 }
 
-async fn create<K>(kube: &Kube, api: &Api<K>, obj: &K, op: Op<'_>) -> Result<Outcome, HostError>
+async fn create<K>(
+    kube: &Kube,
+    api: &Api<K>,
+    obj: &K,
+    op: Op<'_>,
+) -> Result<ActionOutcome, HostError>
 where
     K: Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let params = PostParams::default();
     match kube.retry(&op, || api.create(&params, obj)).await {
-        Ok(_) => Ok(Outcome::Done),
-        Err(e) if is_already_exists(&e) => Ok(Outcome::AlreadyExisted),
+        Ok(_) => Ok(ActionOutcome::Done),
+        Err(e) if is_already_exists(&e) => Ok(ActionOutcome::AlreadyExisted),
         Err(e) => Err(explain(&op, e)),
     }
 }
 
-async fn delete<K>(kube: &Kube, api: &Api<K>, uid: &str, op: Op<'_>) -> Result<Outcome, HostError>
+async fn delete<K>(
+    kube: &Kube,
+    api: &Api<K>,
+    uid: &str,
+    op: Op<'_>,
+) -> Result<ActionOutcome, HostError>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -189,9 +199,9 @@ where
     };
     let name = op.name.unwrap_or_default();
     match kube.retry(&op, || api.delete(name, &params)).await {
-        Ok(_) => Ok(Outcome::Done),
-        Err(e) if is_not_found(&e) => Ok(Outcome::AlreadyGone),
-        Err(e) if is_precondition_failed(&e) => Ok(Outcome::ReplacedMeanwhile),
+        Ok(_) => Ok(ActionOutcome::Done),
+        Err(e) if is_not_found(&e) => Ok(ActionOutcome::AlreadyGone),
+        Err(e) if is_precondition_failed(&e) => Ok(ActionOutcome::ReplacedMeanwhile),
         Err(e) => Err(explain(&op, e)),
     }
 }

@@ -2,7 +2,7 @@
 //! policy check -> apply -> report.
 
 use crate::api::Kube;
-use crate::apply::{Applied, Outcome, apply};
+use crate::apply::{ActionOutcome, Applied, apply};
 use crate::error::HostError;
 use crate::gate::Gate;
 use crate::observe;
@@ -38,10 +38,10 @@ impl std::fmt::Display for EnsureReport {
             writeln!(f, "jump pod {}/{}:", self.namespace, self.replicaset)?;
             for a in &self.applied {
                 let note = match a.outcome {
-                    Outcome::Done => "",
-                    Outcome::AlreadyExisted => " (already existed)",
-                    Outcome::AlreadyGone => " (already gone)",
-                    Outcome::ReplacedMeanwhile => {
+                    ActionOutcome::Done => "",
+                    ActionOutcome::AlreadyExisted => " (already existed)",
+                    ActionOutcome::AlreadyGone => " (already gone)",
+                    ActionOutcome::ReplacedMeanwhile => {
                         " (skipped: replaced by another object in the meantime)"
                     }
                 };

@@ -9,19 +9,19 @@ pub mod api;
 pub mod apply;
 pub mod cli;
 pub mod commands;
-pub mod controller;
+pub(crate) mod controller;
 pub mod ensure;
 pub mod error;
 #[cfg(feature = "wasm")]
-pub mod eval;
-pub mod gate;
+pub(crate) mod eval;
+pub(crate) mod gate;
 pub mod keys;
 pub mod observe;
 pub mod rbac;
 pub mod resolve;
 pub mod status;
 #[cfg(feature = "wasm")]
-pub mod webhook;
+pub(crate) mod webhook;
 
 pub use ensure::{EnsureReport, ensure};
 pub use error::HostError;

@@ -136,16 +136,28 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 full.extend(p);
                 named.push(full);
             }
-            // `use child::x` from a module to its own child. A parent's `pub use child::x` is
-            // its public face (`webhook` shows `serve::serve`), not something it uses.
-            for line in body.lines().filter(|_| !is_test) {
-                if let Some(rest) = line.trim_start().strip_prefix("use ") {
-                    let first = segments(rest);
-                    if let Some(child) = first.first()
-                        && known.contains(&join(&node, child))
-                    {
+            // `child::x` (in `use` or in code) from a module to its own child. A parent's
+            // `pub use child::x` is its public face (`webhook` shows `serve::serve`), not
+            // something it uses.
+            if !is_test {
+                let private: String = body
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("pub use "))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let prefix = if node.is_empty() {
+                    String::new()
+                } else {
+                    format!("{node}::")
+                };
+                for child in known.iter().filter_map(|m| m.strip_prefix(&prefix)) {
+                    if child.contains("::") || child.is_empty() {
+                        continue;
+                    }
+                    for path in paths_after(&private, &format!("{child}::")) {
                         let mut full = segments(&node);
-                        full.extend(first);
+                        full.push(child.to_owned());
+                        full.extend(path);
                         named.push(full);
                     }
                 }

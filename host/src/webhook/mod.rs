@@ -13,7 +13,7 @@ mod reload;
 mod serve;
 
 pub use configuration::{Endpoint, Kind, Scope, configuration};
-pub use serve::{Options, serve, tls};
+pub use serve::{Options, serve};
 
 use jumppod_review::{Policy, admission_response};
 use serde_json::{Value, json};

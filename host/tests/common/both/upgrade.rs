@@ -183,7 +183,7 @@ pub async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service
 /// refusal (the real registry's 409 `the UID in the precondition ... does not match`) is taken
 /// for "replaced meanwhile" at once, not retried.
 pub async fn a_pod_replaced_between_observe_and_apply_is_left_alone(cluster: &Cluster) {
-    use jumppod_host::apply::{Outcome, apply};
+    use jumppod_host::apply::{ActionOutcome, apply};
     use jumppod_host::observe;
     use jumppod_plan::action::Action;
     use jumppod_plan::manifest::Desired;
@@ -211,7 +211,7 @@ pub async fn a_pod_replaced_between_observe_and_apply_is_left_alone(cluster: &Cl
         .iter()
         .find(|a| deletes_the_pod(&a.action))
         .expect("the delete was tried");
-    assert_eq!(delete.outcome, Outcome::ReplacedMeanwhile);
+    assert_eq!(delete.outcome, ActionOutcome::ReplacedMeanwhile);
     let pod_deletes = requests
         .iter()
         .filter(|r| r.to_lowercase().starts_with("delete ") && r.contains("/pods/"))
@@ -258,7 +258,7 @@ pub async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_po
 /// NodePort its namesake holds is refused for the port (422), on a free port for the name
 /// (409, the port released again). `apply` takes the 422 of its twin for "already existed".
 pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(cluster: &Cluster) {
-    use jumppod_host::apply::{Outcome, apply};
+    use jumppod_host::apply::{ActionOutcome, apply};
     use jumppod_plan::action::Action;
     use jumppod_plan::manifest;
     use k8s_openapi::api::core::v1::Service;
@@ -309,7 +309,7 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
     )
     .await
     .unwrap();
-    assert_eq!(applied[0].outcome, Outcome::AlreadyExisted);
+    assert_eq!(applied[0].outcome, ActionOutcome::AlreadyExisted);
 }
 
 /// How long the ReplicaSet's pod has been ready, by the ready time the API recorded, before an
