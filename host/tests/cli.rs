@@ -278,12 +278,11 @@ async fn eval_loads_the_module_compiled_from_the_cache_and_recompiles_a_damaged_
     };
     let origin = |out: &std::process::Output| {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let line = stderr
+        stderr
             .lines()
             .find(|l| l.contains("policy module loaded"))
             .unwrap_or_else(|| panic!("no load logged: {}", text(out)))
-            .to_owned();
-        line
+            .to_owned()
     };
     let first = eval().await.unwrap();
     assert_eq!(first.status.code(), Some(0), "{}", text(&first));
