@@ -182,11 +182,11 @@ pub enum Compilation {
     /// As policy-server compiles it: wasmtime's defaults (cranelift's backtracking register
     /// allocator, functions compiled in parallel).
     PolicyServer,
-    /// Bounded memory: one function at a time, with cranelift's single-pass register
-    /// allocator. The policy module has two functions of 110 KB and 68 KB of Wasm, on which
-    /// the backtracking allocator alone takes hundreds of MiB (the webhook peaked at 624 MiB
-    /// compiling, 111 MiB this way), for slower code where a review spends microseconds of
-    /// its milliseconds.
+    /// Less memory: one function at a time (the webhook peaked at 624 MiB compiling in
+    /// parallel, 494 MiB this way). The code is policy-server's: cranelift's single-pass
+    /// register allocator would have halved the peak again, but its larger stack frames
+    /// exhausted the 512 KiB Wasm stack on a ReplicaSet's review (`call stack exhausted`),
+    /// which policy-server's code judges; the module must run as Kubewarden runs it.
     Lean,
 }
 
@@ -196,7 +196,6 @@ fn config(compilation: Compilation) -> wasmtime::Config {
     config.epoch_interruption(true);
     if compilation == Compilation::Lean {
         config.parallel_compilation(false);
-        config.cranelift_regalloc_algorithm(wasmtime::RegallocAlgorithm::SinglePass);
     }
     config
 }

@@ -1,0 +1,65 @@
+//! The module compiled as `eval`, `--policy` and `webhook` compile it ([`Compilation::Lean`])
+//! answers every fixture of the policy exactly as when compiled as policy-server compiles it:
+//! a compilation that saves memory must not change a verdict, nor trap where policy-server's
+//! code does not (cranelift's single-pass allocator did, on a ReplicaSet: its larger frames
+//! exhausted the Wasm stack).
+
+use jumppod_review::Policy;
+use jumppod_wasm::WasmPolicy;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+fn module() -> PathBuf {
+    std::env::var_os("JUMPPOD_POLICY_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy.wasm"))
+}
+
+/// Every JSON fixture under policy/test_data (the hostile ones included), as a request.
+fn fixtures() -> Vec<(PathBuf, Value)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/test_data");
+    let mut found = Vec::new();
+    for dir in [root.clone(), root.join("hostile")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "json") {
+                let value: Value =
+                    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                let request = value.get("request").cloned().unwrap_or(value);
+                found.push((path, request));
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+#[test]
+fn the_lean_compilation_answers_every_fixture_as_policy_servers_does() {
+    let module = module();
+    let policy_server = WasmPolicy::from_file(&module).expect("compiled as policy-server does");
+    let lean = WasmPolicy::from_file_cached(&module, None).expect("compiled lean");
+    let fixtures = fixtures();
+    assert!(fixtures.len() > 30, "{} fixtures", fixtures.len());
+    for (path, request) in fixtures {
+        let expected = policy_server.validate(&request, &json!({}));
+        let got = lean.validate(&request, &json!({}));
+        match (&expected, &got) {
+            (Ok(expected), Ok(got)) => assert_eq!(
+                serde_json::to_value(got).unwrap(),
+                serde_json::to_value(expected).unwrap(),
+                "{}",
+                path.display()
+            ),
+            _ => panic!(
+                "{}: policy-server's compilation {:?}, the lean one {:?}",
+                path.display(),
+                expected
+                    .as_ref()
+                    .map(|_| "answered")
+                    .map_err(|e| e.to_string()),
+                got.as_ref().map(|_| "answered").map_err(|e| e.to_string())
+            ),
+        }
+    }
+}
