@@ -178,11 +178,16 @@ real-node-check: real-node-deps real-node-images
 
 ## real-node-scenarios: the host's own scenarios on real nodes (host/tests/real_node.rs): the
 ## ReplicaSet `ensure` creates, its pod's sshd reached by OpenSSH through the NodePort, evicted
-## and reached again; inside a control plane of its own with 2 real nodes
+## and reached again; the kubelet's own evictions under memory pressure; inside a control
+## plane of its own with 2 real nodes, the second evicting for memory 2 GiB below what is
+## free when it starts. The tests are built before it starts: a build's memory would press it.
+## The workspace's features, as `unit`'s (plus real-node): the dependencies are not built again.
+REAL_NODE_TEST := $(CARGO) test --workspace --features jumppod-host/real-node,jumppod-e2e/real-cluster --test real_node
 real-node-scenarios: policy real-node-deps real-node-images sshd $(CONTROLPLANE)
-	nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --real-node-images $(REAL_NODE_IMAGES) \
+	$(REAL_NODE_TEST) --no-run
+	nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --real-node-images $(REAL_NODE_IMAGES) \
 	  --dir $(TARGET_DIR)/controlplane/real-node -- \
-	  $(CARGO) test -p jumppod-host --features real-node --test real_node -- --nocapture
+	  $(REAL_NODE_TEST) -- --nocapture
 
 ## cluster-up: the control plane in the foreground, files in target/controlplane/run (Ctrl-C stops it)
 cluster-up: $(CONTROLPLANE)

@@ -704,7 +704,7 @@ func realNodeReady(ctx context.Context, client kubernetes.Interface, name string
 		return fmt.Errorf("%s runs %q, not containerd", name, rt)
 	}
 	for _, t := range n.Spec.Taints {
-		if t.Key != realNodeTaint {
+		if t.Key != realNodeTaint && t.Key != pressureTaint {
 			return fmt.Errorf("%s still tainted %s", name, t.Key)
 		}
 	}
