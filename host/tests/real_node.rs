@@ -215,6 +215,23 @@ fn config(ns: &str, nodes: &RealNodes, placement: &Placement, public_key: &str) 
         .unwrap()
 }
 
+/// What every SSH client of these tests says: only the key given, no prompt, any host key (each
+/// pod makes its own), errors only, a bounded connect.
+const SSH_OPTIONS: [&str; 12] = [
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "ConnectTimeout=5",
+    "-o",
+    "LogLevel=ERROR",
+];
+
 /// Runs `command` over SSH as root at 127.0.0.1:`port` with `key`, accepting any host key;
 /// its output, or why it failed.
 async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
@@ -222,22 +239,8 @@ async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
         .arg("-i")
         .arg(key)
         .args(["-p", &port.to_string()])
-        .args([
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "ConnectTimeout=5",
-            "-o",
-            "LogLevel=ERROR",
-            "root@127.0.0.1",
-            command,
-        ])
+        .args(SSH_OPTIONS)
+        .args(["root@127.0.0.1", command])
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
@@ -532,19 +535,8 @@ impl Session {
         let mut child = tokio::process::Command::new("ssh")
             .arg("-i")
             .arg(key)
+            .args(SSH_OPTIONS)
             .args([
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "IdentitiesOnly=yes",
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "ConnectTimeout=5",
-                "-o",
-                "LogLevel=ERROR",
                 &format!("root@{host}"),
                 "while :; do echo tick; sleep 1; done",
             ])
