@@ -235,17 +235,23 @@ const SSH_OPTIONS: [&str; 12] = [
 /// Runs `command` over SSH as root at 127.0.0.1:`port` with `key`, accepting any host key;
 /// its output, or why it failed.
 async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
-    let output = tokio::process::Command::new("ssh")
-        .arg("-i")
+    let mut ssh = tokio::process::Command::new("ssh");
+    ssh.arg("-i")
         .arg(key)
         .args(["-p", &port.to_string()])
         .args(SSH_OPTIONS)
-        .args(["root@127.0.0.1", command])
+        .args(["root@127.0.0.1", command]);
+    outcome(ssh, Duration::from_secs(20)).await
+}
+
+/// What an ssh client printed, if it succeeded within `limit`, else why not.
+async fn outcome(mut ssh: tokio::process::Command, limit: Duration) -> Result<String, String> {
+    let output = ssh
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
-    match tokio::time::timeout(Duration::from_secs(20), output).await {
-        Err(_) => Err("ssh took more than 20 s".into()),
+    match tokio::time::timeout(limit, output).await {
+        Err(_) => Err(format!("ssh took more than {limit:?}")),
         Ok(Err(e)) => Err(format!("cannot run ssh: {e}")),
         Ok(Ok(out)) if out.status.success() => {
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
@@ -850,25 +856,9 @@ fn jumppod(args: &[&str]) -> String {
 /// Runs `command` on `host` over SSH with the configuration file `config` (as dstack writes
 /// one for a job: the jump pod as `ProxyJump`); its output, or why it failed.
 async fn ssh_with(config: &Path, args: &[&str]) -> Result<String, String> {
-    let output = tokio::process::Command::new("ssh")
-        .arg("-F")
-        .arg(config)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(Duration::from_secs(30), output).await {
-        Err(_) => Err("ssh took more than 30 s".into()),
-        Ok(Err(e)) => Err(format!("cannot run ssh: {e}")),
-        Ok(Ok(out)) if out.status.success() => {
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        }
-        Ok(Ok(out)) => Err(format!(
-            "ssh exited {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-    }
+    let mut ssh = tokio::process::Command::new("ssh");
+    ssh.arg("-F").arg(config).args(args);
+    outcome(ssh, Duration::from_secs(30)).await
 }
 
 /// Issue 20 §2.3: a user's key added with `jumppod keys add` opens a jump (`ssh -J`) through
