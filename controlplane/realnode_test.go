@@ -31,23 +31,23 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// sshdScript is jumppod's own start script, read from the host crate so the
+// sshdScript is jumppod's own start script, read from the planning crate so the
 // pod runs what `jumppod ensure` would put in it.
 func sshdScript(t *testing.T) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "host", "src", "manifest.rs"))
+	src, err := os.ReadFile(filepath.Join("..", "plan", "src", "manifest.rs"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const open = "pub const SSHD_SCRIPT: &str = r#\""
 	start := bytes.Index(src, []byte(open))
 	if start < 0 {
-		t.Fatalf("no %q in host/src/manifest.rs", open)
+		t.Fatalf("no %q in plan/src/manifest.rs", open)
 	}
 	rest := src[start+len(open):]
 	end := bytes.Index(rest, []byte("\"#;"))
 	if end < 0 {
-		t.Fatal("SSHD_SCRIPT has no end in host/src/manifest.rs")
+		t.Fatal("SSHD_SCRIPT has no end in plan/src/manifest.rs")
 	}
 	return string(rest[:end])
 }
