@@ -7,6 +7,9 @@
 //! disagree, Kubernetes is right.
 
 use super::*;
+#[cfg(feature = "real-cluster")]
+use crate::common::backend::RealBackend;
+use crate::common::backend::{Backend, SimBackend};
 use jumppod_host::rbac::{RULES, Rule};
 use jumppod_host::resolve;
 use jumppod_plan::action::Finding;
@@ -52,55 +55,37 @@ pub fn rbac_sim_config() -> SimConfig {
 /// The user the simulator takes for the ServiceAccount `jumppod rbac` prints.
 pub const SA_USER: &str = "system:serviceaccount:dstack:jumppod";
 
-/// A backend and the namespace a scenario works in; when dropped, it prints how long the
-/// scenario took (`--nocapture` shows it; the test harness names the thread after the test)
-/// and, on the real control plane, removes what the scenario left there, panic or not.
+/// A backend ([`Backend`]: the simulator or the real control plane) and the namespace a
+/// scenario works in; when dropped, it prints how long the scenario took (`--nocapture` shows
+/// it; the test harness names the thread after the test), then drops the backend (the real
+/// control plane's removes what the scenario left there, panic or not).
 pub struct Cluster {
-    backend: Backend,
+    backend: Box<dyn Backend>,
     started: std::time::Instant,
     /// Pods pass through the policy's admission on their way in.
     mutates_pods: bool,
 }
 
-enum Backend {
-    /// Controllers and the kubelet act only in `settle()`.
-    Sim(Sim),
-    /// Shared by every real-cluster test: each works in a namespace of its own, as a user of
-    /// its own ([`cluster::UserKind::Tester`]), whose requests the audit log counts.
-    #[cfg(feature = "real-cluster")]
-    Real {
-        /// The harness's client (`admin`): seeds, reads, waits. Its requests are not counted.
-        admin: Kube,
-        /// The client of the scenario's user, for the code under test.
-        client: kube::Client,
-        user: String,
-        ns: String,
-        /// The users the scenario granted rules to, or handed out as granted nothing.
-        grantees: std::sync::Mutex<Vec<String>>,
-    },
-}
-
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let backend = if self.is_sim() {
-            "simulator"
-        } else {
-            "real control plane"
-        };
         println!(
-            "timing: {} on the {backend}: {:.2?}",
+            "timing: {} on the {}: {:.2?}",
             std::thread::current().name().unwrap_or("?"),
+            self.backend.name(),
             self.started.elapsed()
         );
-        #[cfg(feature = "real-cluster")]
-        if let Backend::Real { ns, grantees, .. } = &self.backend {
-            let users = std::mem::take(&mut *grantees.lock().unwrap_or_else(|e| e.into_inner()));
-            cluster::clean_up_after(ns, users);
-        }
     }
 }
 
 impl Cluster {
+    fn on(backend: impl Backend + 'static, mutates_pods: bool) -> Cluster {
+        Cluster {
+            backend: Box::new(backend),
+            started: std::time::Instant::now(),
+            mutates_pods,
+        }
+    }
+
     pub async fn sim() -> Cluster {
         Cluster::sim_with(sim_config()).await
     }
@@ -120,11 +105,24 @@ impl Cluster {
     }
 
     async fn sim_with(config: SimConfig) -> Cluster {
-        Cluster {
-            started: std::time::Instant::now(),
-            mutates_pods: config.admission.is_some(),
-            backend: Backend::Sim(Sim::start(config).await.expect("simulator")),
-        }
+        let mutates_pods = config.admission.is_some();
+        let sim = Sim::start(config).await.expect("simulator");
+        Cluster::on(SimBackend(sim), mutates_pods)
+    }
+
+    /// The real control plane, in namespace `ns` (created by the scenario, or by `ensure`),
+    /// without the policy's webhook.
+    #[cfg(feature = "real-cluster")]
+    pub async fn real(ns: impl Into<String>) -> Cluster {
+        Cluster::on(RealBackend::new(ns.into()).await, false)
+    }
+
+    /// The real control plane with the policy as its admission webhook for namespace `ns`,
+    /// which it creates: the real binary `jumppod webhook`, which the API server calls.
+    #[cfg(feature = "real-cluster")]
+    pub async fn real_with_the_policy(ns: impl Into<String>) -> Cluster {
+        let backend = RealBackend::new(ns.into()).await.with_the_policy().await;
+        Cluster::on(backend, true)
     }
 
     /// Whether pods pass through the policy's admission on their way in.
@@ -132,44 +130,8 @@ impl Cluster {
         self.mutates_pods
     }
 
-    /// The real control plane, in namespace `ns` (created by the scenario, or by `ensure`),
-    /// without the policy's webhook.
-    #[cfg(feature = "real-cluster")]
-    pub async fn real(ns: impl Into<String>) -> Cluster {
-        let user = cluster::fresh_user(cluster::UserKind::Tester);
-        let kube = kube_as(&cluster::kubeconfig_of(&user)).await;
-        Cluster {
-            started: std::time::Instant::now(),
-            mutates_pods: false,
-            backend: Backend::Real {
-                admin: cluster::admin().await,
-                client: kube.client,
-                user,
-                ns: ns.into(),
-                grantees: Default::default(),
-            },
-        }
-    }
-
-    /// The real control plane with the policy as its admission webhook for namespace `ns`,
-    /// which it creates: the real binary `jumppod webhook`, which the API server calls.
-    #[cfg(feature = "real-cluster")]
-    pub async fn real_with_the_policy(ns: impl Into<String>) -> Cluster {
-        let mut cluster = Cluster::real(ns).await;
-        cluster.mutates_pods = true;
-        if let Backend::Real { admin, ns, .. } = &cluster.backend {
-            cluster::namespace(admin, ns).await;
-            cluster::policy_webhook_for(admin, ns).await;
-        }
-        cluster
-    }
-
     pub fn ns(&self) -> &str {
-        match &self.backend {
-            Backend::Sim(_) => NS,
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { ns, .. } => ns,
-        }
+        self.backend.ns()
     }
 
     pub fn is_sim(&self) -> bool {
@@ -177,31 +139,13 @@ impl Cluster {
     }
 
     fn as_sim(&self) -> Option<&Sim> {
-        match &self.backend {
-            Backend::Sim(sim) => Some(sim),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { .. } => None,
-        }
+        self.backend.as_sim()
     }
 
     /// A client of the scenario's user, as a command makes one (the production timeout; its
     /// deadline starts now).
     pub async fn kube(&self) -> Kube {
-        match &self.backend {
-            Backend::Sim(sim) => kube_as(sim.kubeconfig_path()).await,
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { client, .. } => Kube::new(client.clone(), Duration::from_secs(30)),
-        }
-    }
-
-    /// A user of the real control plane for this scenario alone, cleaned up after it.
-    #[cfg(feature = "real-cluster")]
-    fn grantee(&self) -> String {
-        let user = cluster::fresh_user(cluster::UserKind::Plain);
-        if let Backend::Real { grantees, .. } = &self.backend {
-            grantees.lock().unwrap().push(user.clone());
-        }
-        user
+        self.backend.kube().await
     }
 
     pub fn config(&self, extra: &str) -> Config {
@@ -217,68 +161,26 @@ impl Cluster {
     }
 
     pub async fn namespace(&self) {
-        match &self.backend {
-            Backend::Sim(sim) => namespace(sim, NS),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::namespace(kube, ns).await,
-        }
+        self.backend.namespace().await
     }
 
     /// The bare pod an older release left, in `phase` (Running, Failed as evicted, Succeeded).
     pub async fn seed_bare_pod(&self, phase: &str, current: bool) -> Value {
-        match &self.backend {
-            Backend::Sim(sim) => seed_bare_pod(sim, phase, current),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => {
-                // Run by the fake kubelet first, then finished the way the kubelet finishes it.
-                cluster::bare_pod(kube, ns, current).await;
-                match phase {
-                    "Running" => {}
-                    "Failed" => cluster::evict(kube, ns, NAME).await,
-                    other => cluster::set_phase(kube, ns, NAME, other).await,
-                }
-                self.get("pods", NAME).await.expect("the bare pod")
-            }
-        }
+        self.backend.seed_bare_pod(phase, current).await
     }
 
     /// The Service an older release created on `port`; `current`: with the current selector.
     pub async fn seed_service(&self, port: i32, current: bool) -> Value {
-        match &self.backend {
-            Backend::Sim(sim) => seed_service(sim, port, current),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => {
-                cluster::service_of(kube, ns, "main", port, current).await;
-                self.get("services", SVC).await.expect("the Service")
-            }
-        }
+        self.backend.seed_service(port, current).await
     }
 
     /// Until the controllers and the kubelet have done what they will do.
     pub async fn settle(&self) {
-        match &self.backend {
-            Backend::Sim(sim) => sim.settle().await,
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::settled(kube, ns).await,
-        }
+        self.backend.settle().await
     }
 
     pub async fn get(&self, resource: &str, name: &str) -> Option<Value> {
-        match &self.backend {
-            Backend::Sim(sim) => sim.get(resource, Some(NS), name),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::get(kube, ns, resource, name).await,
-        }
+        self.backend.get(resource, name).await
     }
 
     pub async fn service(&self) -> Value {
@@ -286,13 +188,7 @@ impl Cluster {
     }
 
     pub async fn list(&self, resource: &str) -> Vec<Value> {
-        match &self.backend {
-            Backend::Sim(sim) => sim.list(resource, Some(NS)),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::list(kube, ns, resource).await,
-        }
+        self.backend.list(resource).await
     }
 
     /// Pods of the namespace that are not finished and not being deleted.
@@ -309,13 +205,7 @@ impl Cluster {
 
     /// What the kubelet writes when it evicts a pod.
     pub async fn evict(&self, name: &str) {
-        match &self.backend {
-            Backend::Sim(sim) => sim.evict_pod(NS, name),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::evict(kube, ns, name).await,
-        }
+        self.backend.evict(name).await
     }
 
     /// A client of a user granted the Role, RoleBinding, ClusterRole and ClusterRoleBinding
@@ -323,23 +213,7 @@ impl Cluster {
     /// real control plane a plain user of this call alone, once the authorizer has the rules
     /// and lacks `refused`).
     pub async fn granted(&self, rules: &[Rule], refused: &[(&str, &str, &str)]) -> Kube {
-        match &self.backend {
-            Backend::Sim(sim) => {
-                // The simulator's authorizer reads the objects as they are written.
-                let _ = refused;
-                for o in jumppod_host::rbac::objects_with(rules, NS, "jumppod") {
-                    sim.seed(o);
-                }
-                kube_as(&sim.kubeconfig_for(SA_USER)).await
-            }
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { admin, ns, .. } => {
-                let user = self.grantee();
-                cluster::grant(admin, rules, ns, &user).await;
-                cluster::authorized(admin, rules, refused, ns, &user).await;
-                kube_as(&cluster::kubeconfig_of(&user)).await
-            }
-        }
+        self.backend.granted(rules, refused).await
     }
 
     /// A client of a user granted only the ClusterRole and ClusterRoleBinding of `rules`.
@@ -348,67 +222,30 @@ impl Cluster {
         rules: &[Rule],
         refused: &[(&str, &str, &str)],
     ) -> Kube {
-        match &self.backend {
-            Backend::Sim(sim) => {
-                let _ = refused;
-                for o in cluster_wide_objects(rules, NS, "jumppod") {
-                    sim.seed(o);
-                }
-                kube_as(&sim.kubeconfig_for(SA_USER)).await
-            }
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { admin, ns, .. } => {
-                let user = self.grantee();
-                cluster::grant_cluster_wide(admin, rules, ns, &user).await;
-                cluster::authorized(admin, rules, refused, ns, &user).await;
-                kube_as(&cluster::kubeconfig_of(&user)).await
-            }
-        }
+        self.backend.granted_cluster_wide(rules, refused).await
     }
 
     /// The address `resolve` finds without `hostname`: node-2's ExternalIP on the simulator,
     /// the fake nodes' 127.0.0.1 on the real control plane.
     pub fn external_ip(&self) -> &'static str {
-        if self.is_sim() {
-            "203.0.113.2"
-        } else {
-            "127.0.0.1"
-        }
+        self.backend.external_ip()
     }
 
     /// The kubeconfig of a user nobody granted anything (on the simulator, RBAC must be on;
     /// on the real control plane a plain user of this call alone).
     pub fn nobody_kubeconfig(&self) -> std::path::PathBuf {
-        match &self.backend {
-            Backend::Sim(sim) => sim.kubeconfig_for("nobody"),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { .. } => cluster::kubeconfig_of(&self.grantee()),
-        }
+        self.backend.nobody_kubeconfig()
     }
 
     /// The kubeconfig of the scenario's user, whose requests [`Cluster::requests_of`] counts
     /// (the simulator's admin; on the real control plane a user in system:masters).
     pub fn kubeconfig(&self) -> std::path::PathBuf {
-        match &self.backend {
-            Backend::Sim(sim) => sim.kubeconfig_path().to_owned(),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { user, .. } => cluster::kubeconfig_of(user),
-        }
+        self.backend.kubeconfig()
     }
 
     /// Whether the scenario's namespace exists.
     pub async fn namespace_exists(&self) -> bool {
-        match &self.backend {
-            Backend::Sim(sim) => sim.get("namespaces", None, NS).is_some(),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => {
-                let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-                    kube::Api::all(kube.client.clone());
-                api.get_opt(ns).await.expect("read the namespace").is_some()
-            }
-        }
+        self.backend.namespace_exists().await
     }
 
     /// Until `check` holds: on the real control plane, polled while its controllers and its
@@ -429,30 +266,20 @@ impl Cluster {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let _ = limit; // the simulator does not wait
-        match &self.backend {
-            Backend::Sim(sim) => {
-                sim.settle().await;
-                check()
-                    .await
-                    .unwrap_or_else(|| panic!("not so once the simulator settled: {what}"))
-            }
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { .. } => cluster::wait_for_up_to(what, limit, check).await,
+        if let Some(sim) = self.as_sim() {
+            // The simulator does not wait.
+            sim.settle().await;
+            return check()
+                .await
+                .unwrap_or_else(|| panic!("not so once the simulator settled: {what}"));
         }
+        wait_for_up_to(what, limit, check).await
     }
 
     /// Until the ReplicaSet controller has acted on every pod created so far (on the
     /// simulator, whose controllers act only in `settle()`, that is any time after it).
     pub async fn replicaset_controller_caught_up(&self) {
-        match &self.backend {
-            Backend::Sim(_) => {}
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { admin, ns, .. } => {
-                let labels = jumppod::schema::current_labels(NAME, "main");
-                cluster::replicaset_controller_caught_up(admin, ns, labels).await
-            }
-        }
+        self.backend.replicaset_controller_caught_up().await
     }
 
     /// Until `ensure` finds what `is` picks, which a controller or the kubelet writes.
@@ -487,13 +314,7 @@ impl Cluster {
 
     /// Deletes the object and waits until it is gone.
     pub async fn delete(&self, resource: &str, name: &str) {
-        match &self.backend {
-            Backend::Sim(sim) => sim.delete(resource, Some(NS), name),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::delete(kube, ns, resource, name).await,
-        }
+        self.backend.delete(resource, name).await;
         self.until_gone(resource, name).await;
     }
 
@@ -503,16 +324,7 @@ impl Cluster {
         let range = json!({"apiVersion": "v1", "kind": "LimitRange",
             "metadata": {"name": "small", "namespace": self.ns()},
             "spec": {"limits": [{"type": "Container", "max": {"cpu": max}}]}});
-        match &self.backend {
-            Backend::Sim(sim) => {
-                sim.create("limitranges", Some(NS), range)
-                    .expect("create the LimitRange");
-            }
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::limit_range(kube, ns, range).await,
-        }
+        self.backend.limit_range(range).await
     }
 
     /// A pre-#3891 pod on a node whose kubelet stopped answering, deleted: it stays
@@ -520,43 +332,20 @@ impl Cluster {
     /// confirms the deletion, so there it runs on a node of its own that no kubelet plays
     /// (unschedulable, so that no other test's pod lands on it; `finish` removes it).
     pub async fn seed_stranded_legacy_pod(&self) {
-        match &self.backend {
-            Backend::Sim(sim) => {
-                let mut pod = seed_bare_pod(sim, "Running", false);
-                pod["metadata"]["deletionTimestamp"] = json!("2026-11-30T10:00:00Z");
-                pod["metadata"]["deletionGracePeriodSeconds"] = json!(30);
-                pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"},
-                    {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]);
-                sim.seed(pod);
-            }
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::stranded_legacy_pod(kube, ns).await,
-        }
+        self.backend.seed_stranded_legacy_pod().await
     }
 
     /// A node of the scenario's own (on the real control plane, played by the fake kubelet,
     /// and removed by `finish`); its name should start with the namespace.
     pub async fn add_node(&self, node: NodeSpec) {
-        match &self.backend {
-            Backend::Sim(sim) => sim.add_node(node),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real {
-                admin: kube, ns, ..
-            } => cluster::played_node(kube, ns, node.to_json()).await,
-        }
+        self.backend.add_node(node).await
     }
 
     /// What a cloud's node controller does to a node that went away: delete the Node. Its
     /// pods go with it: at once on the simulator, after the pod GC's 40 s quarantine on the
     /// real control plane.
     pub async fn remove_node(&self, name: &str) {
-        match &self.backend {
-            Backend::Sim(sim) => sim.remove_node(name),
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { admin: kube, .. } => cluster::remove_node(kube, name).await,
-        }
+        self.backend.remove_node(name).await
     }
 
     /// The end of a scenario that must leave nothing behind on the shared real control plane
@@ -574,23 +363,9 @@ impl Cluster {
         &self,
         f: impl std::future::Future<Output = T>,
     ) -> (T, Vec<String>) {
-        match &self.backend {
-            Backend::Sim(sim) => {
-                let (out, records) = requests_of(sim, f).await;
-                let lines = records
-                    .iter()
-                    .map(|r| format!("{} {}", r.method, r.path))
-                    .collect();
-                (out, lines)
-            }
-            #[cfg(feature = "real-cluster")]
-            Backend::Real { user, .. } => {
-                let audit = cluster::audit();
-                let from = audit.mark();
-                let out = f.await;
-                (out, audit.by_user(from, user))
-            }
-        }
+        let mark = self.backend.mark_requests();
+        let out = f.await;
+        (out, self.backend.requests_since(mark))
     }
 }
 

@@ -8,7 +8,7 @@
 //! namespace outlives it, so no test here may ask for 30022 (one did, and failed when the
 //! demo ran first).
 
-pub use super::kube_as;
+pub use super::{kube_as, wait_for_up_to};
 use jumppod::schema;
 use jumppod_e2e::audit::Audit;
 use jumppod_host::api::Kube;
@@ -85,25 +85,6 @@ where
     Fut: Future<Output = Option<T>>,
 {
     wait_for_up_to(what, Duration::from_secs(90), check).await
-}
-
-/// [`wait_for`] for what takes long by design (the pod GC's quarantine).
-pub async fn wait_for_up_to<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {

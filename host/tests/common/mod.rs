@@ -14,8 +14,9 @@ use jumppod_sim::{RequestRecord, Sim, SimConfig};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+pub mod backend;
 pub mod both;
 #[cfg(feature = "real-cluster")]
 pub mod cluster;
@@ -45,6 +46,26 @@ pub async fn keys_flow(kube: &Kube, config: &Config) -> Result<(), HostError> {
     let removed = change(kube, config, &Change::remove("alice").unwrap()).await?;
     assert_eq!(removed.outcome, EntryOutcome::Removed);
     Ok(())
+}
+
+/// Waits at most `limit` for `check` to give Some, polling; fails naming what was awaited
+/// (`cluster::wait_for` waits 90 s).
+pub async fn wait_for_up_to<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 pub fn gate() -> Gate {
