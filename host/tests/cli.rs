@@ -4,22 +4,12 @@
 
 mod common;
 
-use common::both::{self, Cluster, json_of, jumppod, text};
+use common::both::{Cluster, json_of, jumppod, text};
 
 use base64::Engine as _;
 use serde_json::Value;
 
-/// The CLI's main flow (common/both.rs, on both backends).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ensure_then_resolve_through_the_binary() {
-    both::the_binary_ensures_resolves_and_reports(&Cluster::sim().await).await;
-}
-
-/// Exit codes through the binary (common/both.rs, on both backends).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exit_codes_say_what_went_wrong() {
-    both::exit_codes_say_what_went_wrong(&Cluster::sim_with_rbac().await).await;
-}
+cli_scenarios!(sim);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn help_documents_the_commands_and_exit_codes() {
@@ -331,12 +321,6 @@ async fn eval_loads_the_module_compiled_from_the_cache_and_recompiles_a_damaged_
         assert!(origin(&eval().await.unwrap()).contains("origin=Cached"));
     }
     std::fs::remove_dir_all(&cache).unwrap();
-}
-
-/// `jumppod keys` through the binary (common/both.rs, on both backends).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_are_added_listed_and_removed_through_the_binary() {
-    both::keys_are_added_listed_and_removed_through_the_binary(&Cluster::sim().await).await;
 }
 
 /// A bad value of a flag: exit 2 (usage or configuration, host/README.md) with a message

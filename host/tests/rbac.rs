@@ -1,18 +1,20 @@
 //! Scenario 10, RBAC: the host works with exactly the rules `jumppod rbac` prints; removing
-//! any one verb fails with an error naming the verb and resource. The bodies are in
-//! common/both.rs, run here against the simulator with RBAC enforced and in `real_cluster.rs`
-//! against the real control plane.
+//! any one verb fails with an error naming the verb and resource. The scenarios are in
+//! common/both/rbac.rs, run here against the simulator with RBAC enforced and in
+//! `real_cluster.rs` against the real control plane.
 
 mod common;
 
 use common::NS;
-use common::both::{self, Cluster};
+use common::both::{Cluster, rbac as scenario};
 use jumppod_host::rbac;
 use serde_json::Value;
 
+rbac_scenarios!(sim);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_rules_are_enough() {
-    both::the_printed_rules_are_enough(&Cluster::sim_with_rbac().await).await;
+    scenario::the_printed_rules_are_enough(&Cluster::sim_with_rbac().await).await;
     // And the printed YAML is what `objects` gives.
     let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rbac::yaml(NS, "jumppod"))
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
@@ -20,30 +22,21 @@ async fn the_printed_rules_are_enough() {
     assert_eq!(docs[1..], rbac::objects(NS, "jumppod")[..]);
 }
 
-/// Without any RBAC object (common/both.rs, on both backends).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant() {
-    both::without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant(
-        &Cluster::sim_with_rbac().await,
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
     let checked =
-        both::removing_any_one_verb_fails_naming_it(|_| Cluster::sim_with_rbac(), &[]).await;
+        scenario::removing_any_one_verb_fails_naming_it(|_| Cluster::sim_with_rbac(), &[]).await;
     assert_eq!(
         checked, 14,
         "every verb but `namespaces create` (tested below)"
     );
 }
 
-/// `namespaces create` for a namespace that does not exist (common/both.rs).
+/// `namespaces create` for a namespace that does not exist (common/both/rbac.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
     for with_create in [false, true] {
-        both::namespaces_create_is_needed_for_a_namespace_that_does_not_exist(
+        scenario::namespaces_create_is_needed_for_a_namespace_that_does_not_exist(
             Cluster::sim_with_rbac().await,
             with_create,
         )

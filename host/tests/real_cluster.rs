@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::both::{self, Cluster};
+use common::both::{Cluster, rbac, upgrade};
 use common::cluster::{
     CleanUp, Sidecar, Webhook, admin, admin_kubeconfig, namespace, typed, wait_for,
     webhook_configuration_name,
@@ -31,6 +31,13 @@ use serde_json::{Value, json};
 
 use common::{KEY, NAME};
 
+cli_scenarios!(real);
+ensure_scenarios!(real);
+keys_scenarios!(real);
+placement_scenarios!(real);
+rbac_scenarios!(real);
+upgrade_scenarios!(real);
+
 async fn ensure(kube: &Kube, config: &Config) -> Result<EnsureReport, HostError> {
     jumppod_host::ensure(kube, config, &Gate::native()).await
 }
@@ -42,23 +49,19 @@ async fn resolves(kube: &Kube, config: &Config) -> resolve::ResolveReport {
     .await
 }
 
-/// Scenario 1 (common/both.rs): a fresh namespace gets a Guaranteed jump pod; a steady-state
-/// ensure and a resolve cost 2 requests each in the audit log.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fresh_namespace_gets_a_guaranteed_jump_pod_and_the_steady_state_costs_two_requests() {
-    both::an_empty_namespace_gets_a_replicaset_and_a_service(&Cluster::real("rc-fresh").await)
-        .await;
-}
-
-/// Scenario 3 (common/both.rs), with the real ReplicaSet controller taking over.
+/// Scenario 3 (common/both/upgrade.rs), with the real ReplicaSet controller taking over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over() {
     let evicted = async {
-        both::a_finished_bare_pod_is_deleted(&Cluster::real("rc-finished").await, "Failed", 30061)
-            .await
+        upgrade::a_finished_bare_pod_is_deleted(
+            &Cluster::real("rc-finished").await,
+            "Failed",
+            30061,
+        )
+        .await
     };
     let succeeded = async {
-        both::a_finished_bare_pod_is_deleted(
+        upgrade::a_finished_bare_pod_is_deleted(
             &Cluster::real("rc-succeeded").await,
             "Succeeded",
             30062,
@@ -68,22 +71,13 @@ async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over() {
     tokio::join!(evicted, succeeded);
 }
 
-/// Scenario 5 (common/both.rs): a finished pre-#3891 pod, in the audit log's 3 requests.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
-    both::a_finished_pre_3891_pod_makes_resolve_fail_at_once(
-        &Cluster::real("rc-finished-legacy").await,
-    )
-    .await;
-}
-
-/// Scenario 10 (common/both.rs): the printed RBAC rules less any one verb, each in a namespace
+/// Scenario 10 (common/both/rbac.rs): the printed RBAC rules less any one verb, each in a namespace
 /// of its own, one after another (the cluster-wide rules of one case must not grant the next):
 /// the flow fails naming the verb. `list nodes` is never used here: every fake node has an
 /// ExternalIP, so `resolve` without `hostname` reads the pod's node only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
-    let checked = both::removing_any_one_verb_fails_naming_it(
+    let checked = rbac::removing_any_one_verb_fails_naming_it(
         |i| Cluster::real(format!("rc-rbac-{i}")),
         &[("nodes", "list")],
     )
@@ -92,72 +86,6 @@ async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
         checked, 13,
         "every verb but `namespaces create` and `nodes list`"
     );
-}
-
-/// The CLI's main flow through the real binary (common/both.rs): 2 requests each for a
-/// steady `ensure` and a `resolve`, in the audit log.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ensure_then_resolve_through_the_binary() {
-    both::the_binary_ensures_resolves_and_reports(&Cluster::real("rc-cli").await).await;
-}
-
-/// Scenario 8a (common/both.rs): 50 concurrent ensures against the real API server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {
-    both::fifty_concurrent_ensures_make_one_of_each(&Cluster::real("rc-fifty").await).await;
-}
-
-/// The registry's order, which 8b found: a Service's port before its name (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_created_again_is_refused_for_its_port_before_its_name() {
-    both::a_service_created_again_is_refused_for_its_port_before_its_name(
-        &Cluster::real("rc-port-first").await,
-    )
-    .await;
-}
-
-/// Scenario 8b (common/both.rs): two hosts racing through the upgrade on real objects.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port() {
-    both::two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port(
-        &Cluster::real("rc-two-hosts").await,
-    )
-    .await;
-}
-
-/// Scenario 6 (common/both.rs): the real ReplicaSet controller replaces an evicted pod.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_evicted_replicaset_pod_is_replaced_on_the_same_node_port() {
-    both::an_evicted_replicaset_pod_is_replaced_on_the_same_node_port(
-        &Cluster::real("rc-evicted").await,
-    )
-    .await;
-}
-
-/// Scenario 4 (common/both.rs): the upgrade from a bare pre-#3891 pod with real objects and an
-/// eviction; the NodePort of running jobs is kept.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_upgrade_from_a_bare_pre_3891_pod_keeps_the_node_port_of_running_jobs() {
-    both::a_pre_3891_pod_is_left_alone_then_its_service_recreated(
-        &Cluster::real("rc-upgrade").await,
-    )
-    .await;
-}
-
-/// Scenario 2 (common/both.rs): the real ReplicaSet controller adopts a bare pod with the
-/// current labels, and starts no second pod.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_real_replicaset_controller_adopts_a_bare_pod_with_the_current_labels() {
-    both::a_running_bare_pod_with_current_labels_is_adopted(&Cluster::real("rc-adopt").await).await;
-}
-
-/// 11e (common/both.rs): the real registry refuses a delete whose uid precondition no longer
-/// holds with 409 `Operation cannot be fulfilled on pods "x": the UID in the precondition (...)
-/// does not match the UID in record (...)`; the host takes it for "replaced meanwhile".
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_replaced_between_observe_and_apply_is_left_alone() {
-    both::a_pod_replaced_between_observe_and_apply_is_left_alone(&Cluster::real("rc-race").await)
-        .await;
 }
 
 /// `dstack-<project>-ssh-jump-pod-container` must be a DNS-1123 label: a project of 33
@@ -185,47 +113,13 @@ async fn the_longest_project_name_is_accepted_and_one_more_character_is_a_config
     assert!(past.problem.contains("at most 63"), "{past}");
 }
 
-/// Scenario 7 (common/both.rs): the real scheduler's `0/3 nodes are available: 3 Insufficient
-/// cpu`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_no_node_can_hold_is_reported_with_the_real_schedulers_message() {
-    both::an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(
-        &Cluster::real("rc-unschedulable").await,
-    )
-    .await;
-}
-
-/// Scenario 10 (common/both.rs): the printed RBAC rules, bound to a plain user of the control
+/// Scenario 10 (common/both/rbac.rs): the printed RBAC rules, bound to a plain user of the control
 /// plane, are enough for the whole flow and `status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_rbac_rules_are_enough() {
     let cluster = Cluster::real("rc-rbac").await;
-    both::the_printed_rules_are_enough(&cluster).await;
+    rbac::the_printed_rules_are_enough(&cluster).await;
     cluster.finish().await;
-}
-
-/// Issue 9 §1 with the real ReplicaSet controller (common/both.rs): a key added through
-/// `jumppod keys` is in the Secret the replacement of an evicted pod mounts.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_added_is_mounted_by_the_pod_that_replaces_an_evicted_one() {
-    both::a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_gone(
-        &Cluster::real("rc-keys").await,
-    )
-    .await;
-}
-
-/// The same key again: one read, no write, in the audit log (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_key_again_costs_one_read_and_no_write() {
-    both::the_same_key_again_costs_one_read_and_no_write(&Cluster::real("rc-keys-again").await)
-        .await;
-}
-
-/// Eight hosts adding keys at once against the real API server's optimistic concurrency
-/// (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_added_concurrently_are_all_kept() {
-    both::keys_added_concurrently_are_all_kept(&Cluster::real("rc-keys-race").await).await;
 }
 
 /// A ReplicaSet of a jumppod before `keys` is drift; the printed strategic patch, run with
@@ -272,34 +166,6 @@ async fn the_printed_keys_patch_applied_by_kubectl_ends_the_drift() {
             .any(|f| matches!(f, Finding::Drift { .. })),
         "{report}"
     );
-}
-
-/// 7e (common/both.rs): a pre-#3891 pod on a node whose kubelet never answers stays
-/// terminating once deleted; it must not pin the old Service.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pre_3891_pod_left_terminating_on_a_dead_node_does_not_pin_the_old_service() {
-    both::a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service(
-        Cluster::real("rc-stranded").await,
-    )
-    .await;
-}
-
-/// 7b (common/both.rs): the real ReplicaSet controller cannot create the pod when a LimitRange
-/// caps cpu below the jump pod's; its ReplicaFailure reaches every command.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_a_limitrange_refuses_are_reported_with_the_apis_message() {
-    both::pods_the_replicaset_cannot_create_are_reported(&Cluster::real("rc-limitrange").await)
-        .await;
-}
-
-/// 7c (common/both.rs): the control plane's kubelet reports an image whose registry does not
-/// resolve as a real one does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
-    both::an_image_the_kubelet_cannot_pull_is_reported_with_its_message(
-        &Cluster::real("rc-image-pull").await,
-    )
-    .await;
 }
 
 /// A namespace being deleted refuses new objects with 403 (the NamespaceLifecycle admission
@@ -645,57 +511,13 @@ async fn under_ignore_a_policy_past_its_deadline_still_refuses_a_jump_pod() {
     );
 }
 
-/// 12 (common/both.rs): a configuration below the floor; nothing written, no namespace.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write() {
-    both::a_config_below_the_floor_is_rejected_by_the_policy_before_any_write(
-        &Cluster::real("rc-below-floor").await,
-    )
-    .await;
-}
-
-/// Drift (common/both.rs): older resources reported, not rewritten, in 2 reads.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
-    both::a_replicaset_with_older_resources_is_reported_not_rewritten(
-        &Cluster::real("rc-drift").await,
-    )
-    .await;
-}
-
-/// Scenario 10 without any RBAC object, as a user granted nothing (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant() {
-    both::without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant(
-        &Cluster::real("rc-rbac-none").await,
-    )
-    .await;
-}
-
-/// 6b (common/both.rs): on two nodes of the test's own, played by the fake kubelet; the
-/// replacement comes after the pod GC's quarantine.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_replicasets_pod_is_replaced_on_the_same_node_port_after_its_node_is_removed() {
-    both::the_replicasets_pod_is_replaced_after_its_node_is_removed(
-        Cluster::real("rc-node-gone").await,
-    )
-    .await;
-}
-
-/// 7d (common/both.rs): a GPU node of the test's own, tainted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
-    both::gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes(Cluster::real("rc-gpu").await)
-        .await;
-}
-
-/// 10, `namespaces create` for a namespace that does not exist (common/both.rs), each case as
+/// 10, `namespaces create` for a namespace that does not exist (common/both/rbac.rs), each case as
 /// a user of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
     for with_create in [false, true] {
         let ns = format!("rc-brand-new-{with_create}");
-        both::namespaces_create_is_needed_for_a_namespace_that_does_not_exist(
+        rbac::namespaces_create_is_needed_for_a_namespace_that_does_not_exist(
             Cluster::real(ns).await,
             with_create,
         )
@@ -703,20 +525,7 @@ async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
     }
 }
 
-/// The CLI's exit codes (common/both.rs); 5 as a user granted nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exit_codes_say_what_went_wrong() {
-    both::exit_codes_say_what_went_wrong(&Cluster::real("rc-cli-exit").await).await;
-}
-
-/// `jumppod keys` through the binary (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_are_added_listed_and_removed_through_the_binary() {
-    both::keys_are_added_listed_and_removed_through_the_binary(&Cluster::real("rc-cli-keys").await)
-        .await;
-}
-
-/// 9 (common/both.rs): an older dstack server runs jobs after the upgrade. The API server sends
+/// 9 (common/both/upgrade.rs): an older dstack server runs jobs after the upgrade. The API server sends
 /// its pod to the policy (`jumppod webhook`, registered for the test's namespace), which
 /// mutates it; the real ReplicaSet controller adopts it and deletes it as surplus.
 #[rstest::rstest]
@@ -730,20 +539,10 @@ async fn an_older_servers_jobs_are_undone_by_the_real_replicaset_controller(
     #[case] release: Release,
     #[case] port: Option<i32>,
 ) {
-    both::an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
+    upgrade::an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
         &Cluster::real_with_the_policy(ns).await,
         release,
         port,
-    )
-    .await;
-}
-
-/// 9b (common/both.rs): without the policy a pre-#3891 server's bare pod keeps only its old
-/// label; the real ReplicaSet controller neither adopts nor deletes it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_real_replicasets() {
-    both::without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets(
-        &Cluster::real("rc-fight-beside").await,
     )
     .await;
 }
@@ -773,7 +572,7 @@ async fn the_real_allocator_hands_out_node_ports_above_the_static_band() {
             .await
             .unwrap();
         lowest = lowest.min(port);
-        assert!(both::DYNAMIC_NODE_PORTS.contains(&port), "{port}");
+        assert!(upgrade::DYNAMIC_NODE_PORTS.contains(&port), "{port}");
     }
     eprintln!("lowest allocated NodePort of 100: {lowest}");
 }

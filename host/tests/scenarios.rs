@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::both::{self, Cluster};
+use common::both::{Cluster, upgrade};
 use common::*;
 use jumppod_host::resolve;
 use jumppod_sim::{Fault, NodeSpec, SimConfig};
@@ -11,11 +11,9 @@ use rstest::rstest;
 use serde_json::json;
 use std::time::Duration;
 
-/// 1. An empty namespace (common/both.rs, on both backends).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_empty_namespace_gets_a_replicaset_and_a_service_and_resolves_once_ready() {
-    both::an_empty_namespace_gets_a_replicaset_and_a_service(&Cluster::sim().await).await;
-}
+ensure_scenarios!(sim);
+placement_scenarios!(sim);
+upgrade_scenarios!(sim);
 
 /// Without `hostname`, the proxy is the ExternalIP of the pod's node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,105 +37,17 @@ async fn without_a_hostname_the_proxy_is_the_external_ip_of_the_pods_node() {
     assert_eq!(json!(report.proxy.hostname), external);
 }
 
-/// 2. A running bare pod with the current labels is adopted (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_bare_pod_with_current_labels_is_adopted_and_the_service_kept() {
-    both::a_running_bare_pod_with_current_labels_is_adopted(&Cluster::sim().await).await;
-}
-
-/// 3. A finished bare pod (Evicted, or Succeeded) is deleted (common/both.rs).
+/// 3. A finished bare pod (Evicted, or Succeeded) is deleted (common/both/upgrade.rs).
 #[rstest]
 #[case::evicted("Failed")]
 #[case::succeeded("Succeeded")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over(#[case] phase: &str) {
-    both::a_finished_bare_pod_is_deleted(&Cluster::sim().await, phase, 30061).await;
-}
-
-/// 4. A running pre-#3891 pod and its Service: left alone, then replaced on the same NodePort
-/// (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_port() {
-    both::a_pre_3891_pod_is_left_alone_then_its_service_recreated(&Cluster::sim().await).await;
-}
-
-/// 5. A finished pre-#3891 pod makes `resolve` fail at once (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once() {
-    both::a_finished_pre_3891_pod_makes_resolve_fail_at_once(&Cluster::sim().await).await;
-}
-
-/// 6. The ReplicaSet's pod evicted (common/both.rs), or its node removed (the simulator only:
-/// on the shared real control plane a removed node would take other tests' pods): replaced;
-/// `resolve` picks the ready one; the NodePort is unchanged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_replicasets_pod_is_replaced_on_the_same_node_port_after_an_eviction() {
-    both::an_evicted_replicaset_pod_is_replaced_on_the_same_node_port(&Cluster::sim().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_replicasets_pod_is_replaced_on_the_same_node_port_after_its_node_is_removed() {
-    both::the_replicasets_pod_is_replaced_after_its_node_is_removed(Cluster::sim().await).await;
-}
-
-/// 7. An unschedulable jump pod is reported with the scheduler's message (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unschedulable_jump_pod_is_reported_with_the_schedulers_reason() {
-    both::an_unschedulable_jump_pod_is_reported_with_the_schedulers_message(&Cluster::sim().await)
-        .await;
-}
-
-/// 7b. The ReplicaSet controller cannot create the pod (a LimitRange refuses it):
-/// reported with the API's message (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_the_replicaset_cannot_create_are_reported_with_the_apis_message() {
-    both::pods_the_replicaset_cannot_create_are_reported(&Cluster::sim().await).await;
-}
-
-/// 7c. The kubelet cannot pull the image: reported with its message (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message() {
-    both::an_image_the_kubelet_cannot_pull_is_reported_with_its_message(&Cluster::sim().await)
-        .await;
-}
-
-/// 7d. `gpu_tolerations` on tainted GPU nodes (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes() {
-    both::gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes(Cluster::sim().await).await;
-}
-
-/// 7e. A pre-#3891 pod stranded on a dead node does not pin the old Service (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service() {
-    both::a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service(Cluster::sim().await)
-        .await;
-}
-
-/// 8a. 50 concurrent `ensure` calls make one of each (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_concurrent_ensures_make_one_replicaset_and_one_service() {
-    both::fifty_concurrent_ensures_make_one_of_each(&Cluster::sim().await).await;
-}
-
-/// The registry's order: a Service's port before its name (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_created_again_is_refused_for_its_port_before_its_name() {
-    both::a_service_created_again_is_refused_for_its_port_before_its_name(&Cluster::sim().await)
-        .await;
-}
-
-/// 8b. Two hosts racing through the upgrade path (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port() {
-    both::two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port(
-        &Cluster::sim().await,
-    )
-    .await;
+    upgrade::a_finished_bare_pod_is_deleted(&Cluster::sim().await, phase, 30061).await;
 }
 
 /// 9. An older dstack server in the loop: each job recreates the Service and fails; the
-/// policy's mutation lets the ReplicaSet delete its pod as surplus (common/both.rs).
+/// policy's mutation lets the ReplicaSet delete its pod as surplus (common/both/upgrade.rs).
 #[rstest]
 #[case::pre_3891_without_a_port(Release::Pre3891, None)]
 #[case::pre_3891_with_a_port(Release::Pre3891, Some(30028))]
@@ -148,20 +58,10 @@ async fn an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
     #[case] release: Release,
     #[case] port: Option<i32>,
 ) {
-    both::an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
+    upgrade::an_older_server_in_the_loop_recreates_the_service_and_fails_each_job(
         &Cluster::sim().await,
         release,
         port,
-    )
-    .await;
-}
-
-/// 9b. Without the policy a pre-#3891 server's pod runs beside the ReplicaSet's
-/// (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets() {
-    both::without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets(
-        &Cluster::sim_without_the_policy().await,
     )
     .await;
 }
@@ -333,29 +233,6 @@ async fn an_api_down_past_the_deadline_is_reported() {
     assert_eq!(err.exit_code(), 1);
     assert!(err.to_string().contains("kept failing"), "{err}");
     assert!(writes(&sim.requests()).is_empty());
-}
-
-/// 11e. Nothing deleted by mistake: a pod replaced between observe and apply survives
-/// (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_replaced_between_observe_and_apply_is_not_deleted() {
-    both::a_pod_replaced_between_observe_and_apply_is_left_alone(&Cluster::sim().await).await;
-}
-
-/// 12. A configuration below the floor: rejected by the policy before any write
-/// (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_config_below_the_floor_is_rejected_by_the_policy_before_any_write() {
-    both::a_config_below_the_floor_is_rejected_by_the_policy_before_any_write(
-        &Cluster::sim().await,
-    )
-    .await;
-}
-
-/// Drift: reported with kubectl commands, not rewritten (common/both.rs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replicaset_with_older_resources_is_reported_not_rewritten() {
-    both::a_replicaset_with_older_resources_is_reported_not_rewritten(&Cluster::sim().await).await;
 }
 
 /// Without any ExternalIP and no `hostname`, resolve asks for `hostname`.

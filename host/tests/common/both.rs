@@ -3,7 +3,8 @@
 //! (`real_cluster.rs`, feature `real-cluster`). [`Cluster`] is what a scenario may do to
 //! either: seed what older releases left, add nodes of its own, wait for the controllers and
 //! the kubelet to act, read objects, count requests (the simulator's request log; the API
-//! server's audit log). The bodies are in the submodules, by subject. Where the two backends
+//! server's audit log). The bodies are in the submodules, by subject, each with the table that
+//! declares its tests once for both backends ([`both_tests!`]). Where the two backends
 //! disagree, Kubernetes is right.
 
 use super::*;
@@ -15,26 +16,13 @@ use jumppod_host::resolve;
 use jumppod_plan::action::Finding;
 use jumppod_sim::NodeSpec;
 
-mod cli;
-mod ensure;
-mod keys;
-mod placement;
-mod rbac;
-mod upgrade;
-
-// Each test binary calls some of the scenarios (`common` is compiled into every one).
-#[allow(unused_imports)]
-pub use cli::*;
-#[allow(unused_imports)]
-pub use ensure::*;
-#[allow(unused_imports)]
-pub use keys::*;
-#[allow(unused_imports)]
-pub use placement::*;
-#[allow(unused_imports)]
-pub use rbac::*;
-#[allow(unused_imports)]
-pub use upgrade::*;
+// Each subject's bodies and its table of tests (`<subject>_scenarios!`).
+pub mod cli;
+pub mod ensure;
+pub mod keys;
+pub mod placement;
+pub mod rbac;
+pub mod upgrade;
 
 /// The simulator of the RBAC scenario: RBAC enforced; node-1 (the only schedulable node) has no
 /// ExternalIP, so `resolve` without `hostname` reads its node, then lists the nodes and finds
@@ -54,6 +42,47 @@ pub fn rbac_sim_config() -> SimConfig {
 
 /// The user the simulator takes for the ServiceAccount `jumppod rbac` prints.
 pub const SA_USER: &str = "system:serviceaccount:dstack:jumppod";
+
+/// Declares shared scenarios once and expands them into the tests of one backend. Each subject
+/// file (`both/ensure.rs`, ...) holds a table `<subject>_scenarios!`, which a test binary
+/// invokes with its backend: `sim` in `scenarios.rs`, `rbac.rs`, `keys.rs` and `cli.rs`, `real`
+/// in `real_cluster.rs`. A row names the body (a function of that file, given `&Cluster`),
+/// then the simulator's test and the [`Cluster`] constructor it calls, then the real control
+/// plane's test and its constructor; doc comments before `sim` or `real` document that test.
+#[macro_export]
+macro_rules! both_tests {
+    ($on:ident, $subject:ident; $(
+        $body:ident:
+            $(#[doc = $sim_doc:literal])*
+            sim $sim:ident = $sim_new:ident($($sim_arg:expr),*),
+            $(#[doc = $real_doc:literal])*
+            real $real:ident = $real_new:ident($($real_arg:expr),*);
+    )*) => {
+        $($crate::both_tests!(@$on $subject::$body
+            [$($sim_doc)*] $sim = $sim_new($($sim_arg),*),
+            [$($real_doc)*] $real = $real_new($($real_arg),*));)*
+    };
+    (@sim $subject:ident::$body:ident
+        [$($doc:literal)*] $test:ident = $new:ident($($arg:expr),*),
+        [$($_doc:literal)*] $_test:ident = $_new:ident($($_arg:expr),*)) => {
+        $(#[doc = $doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let cluster = $crate::common::both::Cluster::$new($($arg),*).await;
+            $crate::common::both::$subject::$body(&cluster).await;
+        }
+    };
+    (@real $subject:ident::$body:ident
+        [$($_doc:literal)*] $_test:ident = $_new:ident($($_arg:expr),*),
+        [$($doc:literal)*] $test:ident = $new:ident($($arg:expr),*)) => {
+        $(#[doc = $doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let cluster = $crate::common::both::Cluster::$new($($arg),*).await;
+            $crate::common::both::$subject::$body(&cluster).await;
+        }
+    };
+}
 
 /// A backend ([`Backend`]: the simulator or the real control plane) and the namespace a
 /// scenario works in; when dropped, it prints how long the scenario took (`--nocapture` shows

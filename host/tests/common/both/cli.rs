@@ -228,3 +228,25 @@ pub async fn keys_are_added_listed_and_removed_through_the_binary(cluster: &Clus
     assert_eq!(requests, Vec::<String>::new(), "bad input reaches no API");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// This file's scenarios on one backend (`both_tests!`): `cli_scenarios!(sim)` in `cli.rs`,
+/// `cli_scenarios!(real)` in `real_cluster.rs`.
+#[macro_export]
+macro_rules! cli_scenarios {
+    ($on:ident) => {
+        $crate::both_tests! { $on, cli;
+            the_binary_ensures_resolves_and_reports:
+                sim ensure_then_resolve_through_the_binary = sim(),
+                /// 2 requests each for a steady `ensure` and a `resolve`, in the audit log.
+                real ensure_then_resolve_through_the_binary = real("rc-cli");
+            exit_codes_say_what_went_wrong:
+                sim exit_codes_say_what_went_wrong = sim_with_rbac(),
+                /// 5 as a user granted nothing.
+                real exit_codes_say_what_went_wrong = real("rc-cli-exit");
+            keys_are_added_listed_and_removed_through_the_binary:
+                sim keys_are_added_listed_and_removed_through_the_binary = sim(),
+                real keys_are_added_listed_and_removed_through_the_binary
+                    = real("rc-cli-keys");
+        }
+    };
+}

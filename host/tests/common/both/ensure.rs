@@ -123,3 +123,33 @@ pub async fn fifty_concurrent_ensures_make_one_of_each(cluster: &Cluster) {
         requests.len()
     );
 }
+
+/// This file's scenarios on one backend (`both_tests!`): `ensure_scenarios!(sim)` in
+/// `scenarios.rs`, `ensure_scenarios!(real)` in `real_cluster.rs`.
+#[macro_export]
+macro_rules! ensure_scenarios {
+    ($on:ident) => {
+        $crate::both_tests! { $on, ensure;
+            an_empty_namespace_gets_a_replicaset_and_a_service:
+                sim an_empty_namespace_gets_a_replicaset_and_a_service_and_resolves_once_ready
+                    = sim(),
+                /// A fresh namespace gets a Guaranteed jump pod; a steady-state ensure and a
+                /// resolve cost 2 requests each in the audit log.
+                real a_fresh_namespace_gets_a_guaranteed_jump_pod_and_the_steady_state_costs_two_requests
+                    = real("rc-fresh");
+            a_config_below_the_floor_is_rejected_by_the_policy_before_any_write:
+                sim a_config_below_the_floor_is_rejected_by_the_policy_before_any_write
+                    = sim(),
+                real a_config_below_the_floor_is_rejected_by_the_policy_before_any_write
+                    = real("rc-below-floor");
+            a_replicaset_with_older_resources_is_reported_not_rewritten:
+                sim a_replicaset_with_older_resources_is_reported_not_rewritten = sim(),
+                real a_replicaset_with_older_resources_is_reported_not_rewritten
+                    = real("rc-drift");
+            fifty_concurrent_ensures_make_one_of_each:
+                sim fifty_concurrent_ensures_make_one_replicaset_and_one_service = sim(),
+                real fifty_concurrent_ensures_make_one_replicaset_and_one_service
+                    = real("rc-fifty");
+        }
+    };
+}

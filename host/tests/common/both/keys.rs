@@ -148,3 +148,28 @@ pub async fn keys_added_concurrently_are_all_kept(cluster: &Cluster) {
     let all: Vec<String> = (0..8).map(|i| format!("user-{i}")).collect();
     assert_eq!(names, all);
 }
+
+/// This file's scenarios on one backend (`both_tests!`): `keys_scenarios!(sim)` in `keys.rs`,
+/// `keys_scenarios!(real)` in `real_cluster.rs`.
+#[macro_export]
+macro_rules! keys_scenarios {
+    ($on:ident) => {
+        $crate::both_tests! { $on, keys;
+            a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_gone:
+                sim a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_gone
+                    = sim(),
+                /// With the real ReplicaSet controller: the replacement of an evicted pod.
+                real a_key_added_is_mounted_by_the_pod_that_replaces_an_evicted_one
+                    = real("rc-keys");
+            the_same_key_again_costs_one_read_and_no_write:
+                sim the_same_key_again_costs_one_read_and_no_write = sim(),
+                /// Counted in the audit log.
+                real the_same_key_again_costs_one_read_and_no_write
+                    = real("rc-keys-again");
+            keys_added_concurrently_are_all_kept:
+                sim keys_added_concurrently_are_all_kept = sim(),
+                /// Against the real API server's optimistic concurrency.
+                real keys_added_concurrently_are_all_kept = real("rc-keys-race");
+        }
+    };
+}

@@ -36,7 +36,7 @@ fn on_pool(pool: &str) -> String {
 /// nodes, and `resolve` without `hostname` gives its node's ExternalIP. The node goes away:
 /// the pod is replaced on the other node (on the real control plane once the pod GC has
 /// removed the orphaned pod, after its 40 s quarantine) and the NodePort is unchanged.
-pub async fn the_replicasets_pod_is_replaced_after_its_node_is_removed(cluster: Cluster) {
+pub async fn the_replicasets_pod_is_replaced_after_its_node_is_removed(cluster: &Cluster) {
     let pool = cluster.ns().to_owned();
     for (n, ip) in [("a", "203.0.113.11"), ("b", "203.0.113.12")] {
         let node = NodeSpec::new(&format!("{pool}-{n}"))
@@ -79,14 +79,13 @@ pub async fn the_replicasets_pod_is_replaced_after_its_node_is_removed(cluster: 
     assert_eq!(after.hostname, ip(other), "on the other node");
     assert_eq!(after.port, before.port, "the same NodePort");
     assert_eq!(cluster.active_pods().await.len(), 1);
-    cluster.finish().await;
 }
 
 /// Scenario 7d: `gpu_tolerations`, as dstack sets it on clusters whose every node is tainted:
 /// on a GPU node tainted as the NVIDIA device plugin's docs advise (the only node the
 /// scenario's node selector allows), a pod without the tolerations is unschedulable; with
 /// them it runs there, and status shows them.
-pub async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes(cluster: Cluster) {
+pub async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes(cluster: &Cluster) {
     let pool = cluster.ns().to_owned();
     let gpu = NodeSpec::new(&format!("{pool}-gpu"))
         .ips("203.0.113.21", "10.0.0.21")
@@ -123,7 +122,6 @@ pub async fn gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes(cluster: 
         ),
         "{text}"
     );
-    cluster.finish().await;
 }
 
 /// Scenario 7: a jump pod no node can hold: ensure and resolve say so with the scheduler's message.
@@ -195,4 +193,52 @@ pub async fn an_image_the_kubelet_cannot_pull_is_reported_with_its_message(clust
             ],
         )
         .await;
+}
+
+/// This file's scenarios on one backend (`both_tests!`): `placement_scenarios!(sim)` in
+/// `scenarios.rs`, `placement_scenarios!(real)` in `real_cluster.rs`.
+#[macro_export]
+macro_rules! placement_scenarios {
+    ($on:ident) => {
+        $crate::both_tests! { $on, placement;
+            an_evicted_replicaset_pod_is_replaced_on_the_same_node_port:
+                sim the_replicasets_pod_is_replaced_on_the_same_node_port_after_an_eviction
+                    = sim(),
+                /// The real ReplicaSet controller replaces the evicted pod.
+                real an_evicted_replicaset_pod_is_replaced_on_the_same_node_port
+                    = real("rc-evicted");
+            the_replicasets_pod_is_replaced_after_its_node_is_removed:
+                sim the_replicasets_pod_is_replaced_on_the_same_node_port_after_its_node_is_removed
+                    = sim(),
+                /// On two nodes of the test's own, played by the fake kubelet; the replacement
+                /// comes after the pod GC's quarantine.
+                real the_replicasets_pod_is_replaced_on_the_same_node_port_after_its_node_is_removed
+                    = real("rc-node-gone");
+            gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes:
+                sim gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes = sim(),
+                /// On a GPU node of the test's own, tainted.
+                real gpu_tolerations_let_the_jump_pod_run_on_tainted_gpu_nodes
+                    = real("rc-gpu");
+            an_unschedulable_jump_pod_is_reported_with_the_schedulers_message:
+                sim an_unschedulable_jump_pod_is_reported_with_the_schedulers_reason
+                    = sim(),
+                /// The real scheduler's `0/3 nodes are available: 3 Insufficient cpu`.
+                real a_pod_no_node_can_hold_is_reported_with_the_real_schedulers_message
+                    = real("rc-unschedulable");
+            pods_the_replicaset_cannot_create_are_reported:
+                sim pods_the_replicaset_cannot_create_are_reported_with_the_apis_message
+                    = sim(),
+                /// The real ReplicaSet controller cannot create the pod when a LimitRange caps
+                /// cpu below the jump pod's; its ReplicaFailure reaches every command.
+                real pods_a_limitrange_refuses_are_reported_with_the_apis_message
+                    = real("rc-limitrange");
+            an_image_the_kubelet_cannot_pull_is_reported_with_its_message:
+                sim an_image_the_kubelet_cannot_pull_is_reported_with_its_message
+                    = sim(),
+                /// The control plane's kubelet reports an image whose registry does not resolve
+                /// as a real one does.
+                real an_image_the_kubelet_cannot_pull_is_reported_with_its_message
+                    = real("rc-image-pull");
+        }
+    };
 }

@@ -144,3 +144,20 @@ where
     }
     checked
 }
+
+/// This file's scenarios on one backend (`both_tests!`): `rbac_scenarios!(sim)` in `rbac.rs`,
+/// `rbac_scenarios!(real)` in `real_cluster.rs`. The other scenarios of this file take more
+/// than a cluster (the cases to check, what else to assert), so each binary calls them itself.
+#[macro_export]
+macro_rules! rbac_scenarios {
+    ($on:ident) => {
+        $crate::both_tests! { $on, rbac;
+            without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant:
+                sim without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant
+                    = sim_with_rbac(),
+                /// As a user granted nothing.
+                real without_rbac_objects_the_first_request_is_forbidden_and_says_what_to_grant
+                    = real("rc-rbac-none");
+        }
+    };
+}

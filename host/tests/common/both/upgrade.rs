@@ -152,7 +152,9 @@ pub async fn a_finished_pre_3891_pod_makes_resolve_fail_at_once(cluster: &Cluste
 /// Scenario 7e: a pre-#3891 pod left terminating and not Ready on a node that stopped
 /// answering (it may stay so for hours) does not pin the old Service: ensure replaces it with
 /// the current selector on the same NodePort, and leaves the pod itself alone.
-pub async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service(cluster: Cluster) {
+pub async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service(
+    cluster: &Cluster,
+) {
     cluster.namespace().await;
     cluster.seed_stranded_legacy_pod().await;
     cluster.seed_service(30024, false).await;
@@ -175,7 +177,6 @@ pub async fn a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service
         .await
         .expect("the stranded pod is left alone");
     assert!(pod["metadata"]["deletionTimestamp"].is_string());
-    cluster.finish().await;
 }
 
 /// Scenario 11e: nothing deleted by mistake. A finished bare pod replaced under the same name
@@ -580,4 +581,64 @@ pub async fn without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicase
     let proxy = cluster.resolve(&config).await.expect("resolve").proxy;
     assert_eq!(proxy.port, port);
     assert_eq!(cluster.active_pods().await.len(), 1);
+}
+
+/// This file's scenarios on one backend (`both_tests!`): `upgrade_scenarios!(sim)` in
+/// `scenarios.rs`, `upgrade_scenarios!(real)` in `real_cluster.rs`. Scenarios 3 and 9 take
+/// cases (rstest's, or run at once on the real control plane), so each binary calls them itself.
+#[macro_export]
+macro_rules! upgrade_scenarios {
+    ($on:ident) => {
+        $crate::both_tests! { $on, upgrade;
+            a_running_bare_pod_with_current_labels_is_adopted:
+                sim a_running_bare_pod_with_current_labels_is_adopted_and_the_service_kept
+                    = sim(),
+                /// The real ReplicaSet controller adopts the bare pod and starts no second pod.
+                real the_real_replicaset_controller_adopts_a_bare_pod_with_the_current_labels
+                    = real("rc-adopt");
+            a_pre_3891_pod_is_left_alone_then_its_service_recreated:
+                sim a_pre_3891_pod_is_left_alone_then_its_service_is_recreated_on_the_same_port
+                    = sim(),
+                /// With real objects and an eviction; the NodePort of running jobs is kept.
+                real the_upgrade_from_a_bare_pre_3891_pod_keeps_the_node_port_of_running_jobs
+                    = real("rc-upgrade");
+            a_finished_pre_3891_pod_makes_resolve_fail_at_once:
+                sim a_finished_pre_3891_pod_makes_resolve_fail_at_once = sim(),
+                /// In the audit log's 3 requests.
+                real a_finished_pre_3891_pod_makes_resolve_fail_at_once
+                    = real("rc-finished-legacy");
+            a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service:
+                sim a_pre_3891_pod_stranded_on_a_dead_node_does_not_pin_the_old_service
+                    = sim(),
+                /// On a node whose kubelet never answers, the pod stays terminating once
+                /// deleted.
+                real a_pre_3891_pod_left_terminating_on_a_dead_node_does_not_pin_the_old_service
+                    = real("rc-stranded");
+            a_pod_replaced_between_observe_and_apply_is_left_alone:
+                sim a_pod_replaced_between_observe_and_apply_is_not_deleted = sim(),
+                /// The real registry refuses a delete whose uid precondition no longer holds
+                /// with 409 `Operation cannot be fulfilled on pods "x": the UID in the
+                /// precondition (...) does not match the UID in record (...)`; the host takes
+                /// it for "replaced meanwhile".
+                real a_pod_replaced_between_observe_and_apply_is_left_alone
+                    = real("rc-race");
+            two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port:
+                sim two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port
+                    = sim(),
+                real two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_port
+                    = real("rc-two-hosts");
+            a_service_created_again_is_refused_for_its_port_before_its_name:
+                sim a_service_created_again_is_refused_for_its_port_before_its_name
+                    = sim(),
+                real a_service_created_again_is_refused_for_its_port_before_its_name
+                    = real("rc-port-first");
+            without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets:
+                sim without_the_policy_a_pre_3891_servers_pod_runs_beside_the_replicasets
+                    = sim_without_the_policy(),
+                /// The bare pod keeps only its old label; the real ReplicaSet controller
+                /// neither adopts nor deletes it.
+                real without_the_policy_a_pre_3891_servers_pod_runs_beside_the_real_replicasets
+                    = real("rc-fight-beside");
+        }
+    };
 }
