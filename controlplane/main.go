@@ -43,8 +43,10 @@ commands:
   run --dir DIR [up flags] -- CMD ARGS...
       start as up does, run CMD with JUMPPOD_CLUSTER_DIR, JUMPPOD_CLUSTER_KUBECONFIG and
       JUMPPOD_CLUSTER_AUDIT_LOG set, stop, and exit with CMD's exit code
-  node-not-ready --dir DIR NODE   the fake kubelet of NODE stops (Ready=False, no heartbeats)
-  node-ready --dir DIR NODE       ... and comes back
+  node-not-ready --dir DIR NODE   a fake NODE's kubelet stops (Ready=False, no heartbeats); a
+                                  real NODE loses its power (its kubelet, containerd and pods
+                                  are killed with SIGKILL; the API server is not told)
+  node-ready --dir DIR NODE       ... and it comes back (a real node boots from its state)
   kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kube-proxy [FLAGS]
       the upstream commands (what up starts, one process each)
   oci-archive --rootfs DIR --ref REF --out FILE [--entrypoint WORD]...

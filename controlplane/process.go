@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -20,6 +21,8 @@ type child struct {
 	logFile *os.File
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // valid once done is closed
+	// expected: its exit is meant (a real node's power cut), not a death.
+	expected atomic.Bool
 }
 
 // startChild runs this same binary with the component's subcommand: the
@@ -40,7 +43,9 @@ func startProgram(dir, name, path string, args []string) (*child, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, err
 	}
-	logFile, err := os.Create(logPath)
+	// Appended to: a component started again (a real node's boot) keeps
+	// what it logged before; up removes the logs of an earlier run.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +69,9 @@ func startProgram(dir, name, path string, args []string) (*child, error) {
 	}()
 	return c, nil
 }
+
+// expectExit marks the exit that follows as meant, not as a death.
+func (c *child) expectExit() { c.expected.Store(true) }
 
 func (c *child) exited() bool {
 	select {

@@ -119,11 +119,19 @@ type realNode struct {
 	containerd *child
 	kubelet    *child
 	cgroups    []string
+	// What its kubelet is started with, again after a power cut.
+	kubeconfig        string
+	port, healthzPort int
+	pressure          *pressureInfo
+	// off: its power is cut (power.go).
+	off bool
 }
 
 // realNodes is everything `up --real-nodes` started or changed, so that
 // stop can undo it.
 type realNodes struct {
+	// mu: a power cut or boot (power.go) and stop do not overlap.
+	mu        sync.Mutex
 	c         *cluster
 	dir       string
 	lock      *os.File
@@ -251,7 +259,9 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 			r.pressure = pressure
 			progress(start, "%s: evicts for memory below %d MiB available (%d MiB now)", node.name, pressure.Threshold>>20, available>>20)
 		}
-		if err := r.startKubelet(node, users[realNodeUser(node.name)], ports[2*node.index-2], ports[2*node.index-1], pressure); err != nil {
+		node.kubeconfig, node.pressure = users[realNodeUser(node.name)], pressure
+		node.port, node.healthzPort = ports[2*node.index-2], ports[2*node.index-1]
+		if err := r.startKubelet(node); err != nil {
 			return err
 		}
 		if err := waitFor(ctx, node.kubelet, func(context.Context) error { return socketReplaced(devicePluginSocket, before) }); err != nil {
@@ -275,6 +285,7 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 		return c.failure(r.proxy.name, r.proxy.logPath, err, opts.startTimeout)
 	}
 	progress(start, "kube-proxy healthy (iptables, NodePorts on 127.0.0.1)")
+	go r.keepPower(admin, start)
 	return nil
 }
 
@@ -384,6 +395,7 @@ func v1Controllers() []string {
 func cgroupRoot(node string) string { return "/jumppod-" + node }
 
 func (r *realNodes) makeCgroups(node *realNode) error {
+	node.cgroups = nil
 	for _, hierarchy := range v1Controllers() {
 		path := filepath.Join(hierarchy, cgroupRoot(node.name))
 		if err := os.MkdirAll(path, 0o755); err != nil {
@@ -631,14 +643,14 @@ func memoryAvailable() (int64, error) {
 	return total - workingSet, nil
 }
 
-func (r *realNodes) startKubelet(node *realNode, kubeconfig string, port, healthzPort int, pressure *pressureInfo) error {
+func (r *realNodes) startKubelet(node *realNode) error {
 	config := filepath.Join(node.dir, "kubelet.yaml")
-	if err := writeFile(config, []byte(kubeletConfig(node, port, healthzPort, pressure)), 0o644); err != nil {
+	if err := writeFile(config, []byte(kubeletConfig(node, node.port, node.healthzPort, node.pressure)), 0o644); err != nil {
 		return err
 	}
 	ch, err := r.c.startSubcommand("kubelet-"+node.name, "kubelet", []string{
 		"--config=" + config,
-		"--kubeconfig=" + kubeconfig,
+		"--kubeconfig=" + node.kubeconfig,
 		"--root-dir=" + filepath.Join(node.state, "kubelet"),
 		"--volume-plugin-dir=" + filepath.Join(node.state, "volume-plugins"),
 		"--hostname-override=" + node.name,
@@ -717,8 +729,16 @@ func realNodeReady(ctx context.Context, client kubernetes.Interface, name string
 // mounts, kube-proxy's chains, our rules, the bridge, the cgroups and the
 // kernel tunables.
 func (r *realNodes) stop() {
-	if r == nil || r.lock == nil {
+	if r == nil {
 		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lock == nil {
+		return
+	}
+	if report := r.memoryReport(); report != "" {
+		fmt.Fprintf(os.Stderr, "jumppod-controlplane: real nodes' resident memory at stop: %s\n", report)
 	}
 	var wg sync.WaitGroup
 	stop := func(ch *child) {
@@ -977,7 +997,9 @@ func (c *cluster) watch(ch *child) {
 		select {
 		case <-c.stopping:
 		default:
-			c.died <- ch.name
+			if !ch.expected.Load() {
+				c.died <- ch.name
+			}
 		}
 	}()
 }

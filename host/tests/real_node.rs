@@ -20,9 +20,9 @@ use futures::StreamExt;
 use jumppod_host::api::Kube;
 use jumppod_host::{Gate, resolve};
 use jumppod_plan::config::{Config, RawConfig};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
-use kube::api::{EvictParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -30,6 +30,21 @@ use std::time::{Duration, Instant};
 /// How long a pod on a real node may take from its ReplicaSet to sshd answering: measured
 /// 1.3-15.5 s on this machine under load; an image pull never happens (it is imported).
 const POD_UP: Duration = Duration::from_secs(180);
+
+/// The scenario that cuts a node's power runs alone: every other one holds this for reading
+/// while it runs, so none of them finds its node gone.
+static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// The taints the node-lifecycle controller puts on a lost node, NoExecute: a pod leaves the
+/// node once its toleration of them runs out.
+const LOST_NODE_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/not-ready",
+];
+
+/// The annotation that makes `jumppod-controlplane` cut a real node's power and, removed, boot
+/// it again (controlplane/power.go; `jumppod-controlplane node-not-ready` sets it).
+const POWER_CUT: &str = "jumppod.test/not-ready";
 
 /// The real nodes as `ready.json` describes them (controlplane/realnode.go `realNodesInfo`).
 struct RealNodes {
@@ -143,6 +158,10 @@ fn key_pair(dir: &Path) -> (PathBuf, String) {
 struct Placement {
     node_selector: Vec<(String, String)>,
     tolerated: Vec<String>,
+    /// How long the pod stays bound to a node that is lost (unreachable or not ready): the
+    /// `tolerationSeconds` of NoExecute tolerations for those taints. None: the API server's
+    /// DefaultTolerationSeconds admission gives it 300 s.
+    lost_node_after: Option<u32>,
 }
 
 impl Placement {
@@ -151,7 +170,16 @@ impl Placement {
         Placement {
             node_selector: vec![nodes.label.clone()],
             tolerated: vec![nodes.taint_key.clone()],
+            lost_node_after: None,
         }
+    }
+
+    /// Any real node, the pressure node too; a lost node is left after `seconds`.
+    fn either(nodes: &RealNodes, pressure: &Pressure, seconds: u32) -> Placement {
+        let mut placement = Placement::real(nodes);
+        placement.tolerated.push(pressure.taint_key.clone());
+        placement.lost_node_after = Some(seconds);
+        placement
     }
 
     /// The pressure node only.
@@ -176,6 +204,13 @@ impl Placement {
                 "- key: {key}\n  operator: Equal\n  value: \"true\"\n  effect: NoSchedule\n"
             );
         }
+        if let Some(seconds) = self.lost_node_after {
+            for key in LOST_NODE_TAINTS {
+                text += &format!(
+                    "- key: {key}\n  operator: Exists\n  effect: NoExecute\n  tolerationSeconds: {seconds}\n"
+                );
+            }
+        }
         text
     }
 
@@ -191,6 +226,9 @@ impl Placement {
             .tolerated
             .iter()
             .map(|key| json!({"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}))
+            .chain(self.lost_node_after.into_iter().flat_map(|seconds| {
+                LOST_NODE_TAINTS.map(|key| json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}))
+            }))
             .collect();
         spec
     }
@@ -292,7 +330,18 @@ async fn host_key(port: i32) -> Option<String> {
 /// NodePort with `key` lands in that pod (its hostname is the pod's name); returns the pod's
 /// name and the port. Fails with the last thing that stood in the way.
 async fn reached(kube: &Kube, config: &Config, key: &Path, not: Option<&str>) -> (String, i32) {
-    let deadline = Instant::now() + POD_UP;
+    reached_within(kube, config, key, not, POD_UP).await
+}
+
+/// [`reached`], waiting up to `limit`.
+async fn reached_within(
+    kube: &Kube,
+    config: &Config,
+    key: &Path,
+    not: Option<&str>,
+    limit: Duration,
+) -> (String, i32) {
+    let deadline = Instant::now() + limit;
     loop {
         let last = match resolve::resolve(kube, config).await {
             Err(e) => format!("resolve: {e}"),
@@ -311,7 +360,7 @@ async fn reached(kube: &Kube, config: &Config, key: &Path, not: Option<&str>) ->
         };
         assert!(
             Instant::now() < deadline,
-            "ssh through the NodePort never reached a ready jump pod within {POD_UP:?}: {last}"
+            "ssh through the NodePort never reached a ready jump pod within {limit:?}: {last}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -386,6 +435,7 @@ fn sleeper(
 #[tokio::test]
 async fn the_jump_pod_ensure_creates_serves_ssh_on_a_real_node_and_its_replacement_keeps_the_nodeport()
  {
+    let _nodes = NODES.read().await;
     let nodes = real_nodes();
     let ns = "real-node-ensure";
     let _cleanup = CleanUp(ns.into());
@@ -465,8 +515,265 @@ async fn the_jump_pod_ensure_creates_serves_ssh_on_a_real_node_and_its_replaceme
     );
 }
 
+/// The scenario's pod leaves a lost node after this long (its NoExecute tolerations of the
+/// lost-node taints); without them the API server's DefaultTolerationSeconds gives 300 s.
+const LOST_NODE_TOLERATION: u32 = 20;
+
+/// From a power cut to SSH through the replacement: the node-lifecycle controller's grace for a
+/// silent node (kube-controller-manager `--node-monitor-grace-period`, 50 s by default since
+/// 1.32), the pod's toleration, then a pod's start.
+const REPLACED_AFTER_A_POWER_CUT: Duration =
+    Duration::from_secs(50 + LOST_NODE_TOLERATION as u64 + POD_UP.as_secs());
+
+/// A real node's power, cut until [`PowerCut::restore`] boots it again; dropped without that
+/// (a panic), it boots the node on its own, so the scenarios after it find both nodes.
+struct PowerCut {
+    node: String,
+    restored: bool,
+}
+
+impl PowerCut {
+    async fn cut(kube: &Kube, node: &str) -> PowerCut {
+        set_power(kube, node, false).await;
+        PowerCut {
+            node: node.to_owned(),
+            restored: false,
+        }
+    }
+
+    /// Boots the node; returns once it is Ready and no longer tainted as lost, with how long
+    /// that took.
+    async fn restore(mut self, kube: &Kube) -> Duration {
+        self.restored = true;
+        let began = Instant::now();
+        set_power(kube, &self.node, true).await;
+        back_up(kube, &self.node).await;
+        began.elapsed()
+    }
+}
+
+impl Drop for PowerCut {
+    fn drop(&mut self) {
+        if self.restored {
+            return;
+        }
+        let node = self.node.clone();
+        let boot = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to boot the node")
+                .block_on(async {
+                    let kube = admin().await;
+                    set_power(&kube, &node, true).await;
+                    back_up(&kube, &node).await;
+                });
+        });
+        if boot.join().is_err() {
+            eprintln!("{} did not boot again; see the panic above", self.node);
+        }
+    }
+}
+
+async fn set_power(kube: &Kube, node: &str, on: bool) {
+    let value = if on { Value::Null } else { json!("true") };
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(POWER_CUT.into(), value);
+    Api::<Node>::all(kube.client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("annotating {node} {POWER_CUT}: {e}"));
+}
+
+/// The node's Ready condition (`Unknown` once the node-lifecycle controller has not heard
+/// from it for its grace period) and the keys of its taints.
+async fn node_state(kube: &Kube, node: &str) -> (String, Vec<String>) {
+    let node = Api::<Node>::all(kube.client.clone())
+        .get(node)
+        .await
+        .expect("read the node");
+    let ready = node
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status)
+        .unwrap_or_default();
+    let taints = node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    (ready, taints)
+}
+
+/// Waits until `node` is Ready and carries none of the lost-node taints.
+async fn back_up(kube: &Kube, node: &str) {
+    wait_for_up_to(&format!("{node} Ready again"), POD_UP, || async {
+        let (ready, taints) = node_state(kube, node).await;
+        let lost = |t: &String| {
+            LOST_NODE_TAINTS
+                .iter()
+                .any(|key| t.strip_prefix(key).is_some_and(|e| e.starts_with(':')))
+        };
+        (ready == "True" && !taints.iter().any(lost)).then_some(())
+    })
+    .await;
+}
+
+fn condition(pod: &Pod, type_: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+}
+
+fn node_of(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("a scheduled pod")
+}
+
+/// Issue 20 §2.5, a node lost: the node under the jump pod loses its power (its kubelet,
+/// containerd and pods killed at once, the API server not told). The node-lifecycle controller
+/// finds it silent and taints it unreachable; the taint-eviction controller deletes the pod
+/// once its toleration runs out (the deletion cannot finish: no kubelet confirms it); the real
+/// ReplicaSet controller makes a replacement, which the scheduler puts on the other node; and
+/// SSH through the same NodePort reaches it. When the node boots, its kubelet finishes the old
+/// pod's deletion and the replacement stays.
+#[tokio::test]
+async fn a_node_that_loses_its_power_has_its_jump_pod_replaced_on_the_other_node_behind_the_same_nodeport()
+ {
+    let _alone = NODES.write().await;
+    let nodes = real_nodes();
+    let pressure = pressure();
+    let ns = "real-node-lost";
+    let _cleanup = CleanUp(ns.into());
+    let kube = admin().await;
+    namespace(&kube, ns).await;
+    let dir = cluster_dir().join(ns);
+    let (key, public) = key_pair(&dir.join("project"));
+    let placement = Placement::either(&nodes, &pressure, LOST_NODE_TOLERATION);
+    let config = config(ns, &nodes, &placement, &public);
+    let pods = Api::<Pod>::namespaced(kube.client.clone(), ns);
+
+    jumppod_host::ensure(&kube, &config, &Gate::native())
+        .await
+        .expect("ensure");
+    let (first, port) = reached(&kube, &config, &key, None).await;
+    let lost = node_of(&pods.get(&first).await.unwrap());
+
+    let power = PowerCut::cut(&kube, &lost).await;
+    let cut = Instant::now();
+    let cut_at = k8s_openapi::jiff::Timestamp::now();
+    // Its sshd went with it: nothing answers on the NodePort until a replacement is ready.
+    let gone = wait_for_up_to(
+        "the lost node's sshd to stop answering",
+        Duration::from_secs(60),
+        || async { ssh(&key, port, "hostname").await.err() },
+    )
+    .await;
+    eprintln!("{lost} lost its power; ssh through NodePort {port}: {gone}");
+
+    let (second, second_port) = reached_within(
+        &kube,
+        &config,
+        &key,
+        Some(&first),
+        REPLACED_AFTER_A_POWER_CUT,
+    )
+    .await;
+    let took = cut.elapsed();
+    assert_eq!(second_port, port, "the NodePort changed with the node");
+    let other = node_of(&pods.get(&second).await.unwrap());
+    assert_ne!(
+        other, lost,
+        "{second}, the replacement, runs on the lost node"
+    );
+
+    // What Kubernetes did meanwhile, as it did it.
+    let (ready, taints) = node_state(&kube, &lost).await;
+    assert_eq!(
+        ready, "Unknown",
+        "{lost}'s Ready condition; taints {taints:?}"
+    );
+    assert!(
+        taints
+            .iter()
+            .any(|t| *t == format!("{}:NoExecute", LOST_NODE_TAINTS[0])),
+        "{lost} is not tainted {}: {taints:?}",
+        LOST_NODE_TAINTS[0]
+    );
+    let old = pods.get(&first).await.unwrap();
+    assert!(
+        old.metadata.deletion_timestamp.is_some(),
+        "{first}, on the lost node, is not being deleted"
+    );
+    let deleted = condition(&old, "DisruptionTarget");
+    assert_eq!(
+        deleted.as_ref().and_then(|c| c.reason.as_deref()),
+        Some("DeletionByTaintManager"),
+        "{first}'s DisruptionTarget condition"
+    );
+
+    // Where the time went, from the objects' own timestamps (whole seconds after the cut).
+    let since = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.map_or("?".to_owned(), |t| {
+            format!("{} s", t.0.as_second() - cut_at.as_second())
+        })
+    };
+    let replacement = pods.get(&second).await.unwrap();
+    let node_lost = Api::<Node>::all(kube.client.clone())
+        .get(&lost)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .and_then(|c| c.last_transition_time);
+    let ready_at = condition(&replacement, "Ready").and_then(|c| c.last_transition_time);
+    eprintln!(
+        "power cut on {lost} to ssh through NodePort {port} into {second} on {other}: {took:.1?}: \
+         {lost} Ready Unknown at {}, {first} deleted by the taint-eviction controller at {} \
+         ({LOST_NODE_TOLERATION} s of toleration), {second} created at {}, Ready at {}; \
+         {lost} tainted {taints:?}",
+        since(node_lost.as_ref()),
+        since(
+            deleted
+                .as_ref()
+                .and_then(|c| c.last_transition_time.as_ref())
+        ),
+        since(replacement.metadata.creation_timestamp.as_ref()),
+        since(ready_at.as_ref()),
+    );
+
+    // The node boots: its kubelet finishes the old pod's deletion; the replacement serves on.
+    let booted = power.restore(&kube).await;
+    wait_for_up_to(&format!("{first} gone"), POD_UP, || async {
+        pods.get_opt(&first).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let (serving, _) = reached(&kube, &config, &key, None).await;
+    assert_eq!(serving, second, "the jump pod moved again after the boot");
+    eprintln!("{lost} booted and Ready in {booted:.1?}; {first} deleted by its kubelet");
+}
+
 #[tokio::test]
 async fn a_bare_legacy_pod_the_webhook_mutated_runs_guaranteed_on_a_real_node() {
+    let _nodes = NODES.read().await;
     let nodes = real_nodes();
     let ns = "real-node-webhook";
     let _cleanup = CleanUp(ns.into());
@@ -601,6 +908,7 @@ impl Session {
 #[tokio::test]
 async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_the_guaranteed_jump_pod()
  {
+    let _nodes = NODES.read().await;
     let nodes = real_nodes();
     let pressure = pressure();
     let ns = "real-node-pressure";
@@ -867,6 +1175,7 @@ async fn ssh_with(config: &Path, args: &[&str]) -> Result<String, String> {
 /// is printed: the kubelet's Secret refresh on its pod sync, then the pod's merge.
 #[tokio::test]
 async fn a_users_key_added_by_the_cli_jumps_to_a_job_and_stops_once_removed() {
+    let _nodes = NODES.read().await;
     let nodes = real_nodes();
     let ns = "real-node-keys";
     let _cleanup = CleanUp(ns.into());
