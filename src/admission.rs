@@ -8,6 +8,7 @@
 //! the typed parse would judge it, the full read decides.
 
 use crate::mutate::{self, Mutation};
+use crate::outlined::Outlined;
 use crate::rules::{self, Violation};
 use crate::schema::{self, Schema};
 use crate::settings::{Contract, Settings};
@@ -262,9 +263,10 @@ fn classify_replica_set(object: &RawValue) -> Result<Option<Judged>, String> {
     )
 }
 
-/// Parses JSON into a typed object, naming the field that does not fit.
+/// Parses JSON into a typed object, naming the field that does not fit. Each struct is parsed
+/// in a function of its own ([`Outlined`]): the module compiles in a fraction of the memory.
 fn typed<T: DeserializeOwned>(value: &Value, what: &str) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    serde_path_to_error::deserialize(Outlined(value)).map_err(|e| {
         let path = e.path().to_string();
         format!("cannot read {what}: {path}: {}", e.inner())
     })

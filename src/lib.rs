@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod mutate;
+mod outlined;
 pub mod payload;
 pub mod quantity;
 pub mod rules;
