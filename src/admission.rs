@@ -7,12 +7,13 @@
 //! (or a jump-pod ReplicaSet) is read further, and where the head cannot be judged exactly as
 //! the typed parse would judge it, the full read decides.
 
+use crate::json::Json;
 use crate::mutate::{self, Mutation};
 use crate::outlined::Outlined;
 use crate::rules::{self, Violation};
 use crate::schema::{self, Schema};
 use crate::settings::{Contract, Settings};
-use crate::verdict::{Rejection, Verdict, Warning};
+use crate::verdict::{Mutated, Rejection, Verdict, Warning};
 use crate::view::{self, PodHead, PodView, Text};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
@@ -327,8 +328,8 @@ fn missing(mutation: Mutation, subject: &str) -> Verdict {
     })
 }
 
-/// Applies a mutation to the pod's JSON and judges the result (the view with the same values
-/// added); None where the JSON must be read by the typed parse.
+/// Judges the pod with the fills added to its view and, if that accepts it, writes the fills
+/// into its JSON; None where the JSON must be read by the typed parse.
 fn mutate_pod(
     object: &RawValue,
     view: &PodView<'_>,
@@ -336,29 +337,67 @@ fn mutate_pod(
     subject: &str,
     contract: &Contract,
 ) -> Option<Verdict> {
-    let mut value: Value = serde_json::from_slice(object.get().as_bytes()).ok()?;
-    mutation.apply(&mut value);
+    // Read before judging, as the typed parse would refuse what cannot be read.
+    let pod = PodJson::read(object)?;
     let mut spec = view.spec.clone().unwrap_or_default();
     mutation.apply_to_view(&mut spec);
     Some(mutated(
-        value,
+        |mutation| pod.write(mutation),
+        mutation,
         rules::check_view(&spec, contract),
         subject,
-        mutation.warnings,
     ))
 }
 
-/// The verdict on a mutated pod: its violations after the fills, else the pod as changed.
+/// A pod's JSON, read to be written back with the fills: borrowed, written as a `Value` would
+/// be, or (a document a `Value` reads in a way of its own) into a `Value`.
+enum PodJson<'a> {
+    Borrowed(Json<'a>),
+    Value(Value),
+}
+
+impl<'a> PodJson<'a> {
+    fn read(object: &'a RawValue) -> Option<PodJson<'a>> {
+        // From bytes, as the policy reads its payload: one instance of serde_json's reader.
+        let bytes = object.get().as_bytes();
+        match serde_json::from_slice(bytes) {
+            Ok(json) => Some(PodJson::Borrowed(json)),
+            Err(_) => serde_json::from_slice(bytes).ok().map(PodJson::Value),
+        }
+    }
+
+    fn write(self, mutation: &Mutation) -> Result<Mutated, serde_json::Error> {
+        match self {
+            PodJson::Borrowed(json) => {
+                // As long as the fills it borrows.
+                let mut json: Json<'_> = json;
+                mutation.apply(&mut json);
+                Mutated::write(&json)
+            }
+            PodJson::Value(mut value) => {
+                mutation.apply(&mut value);
+                Mutated::write(&value)
+            }
+        }
+    }
+}
+
+/// The verdict on a mutated pod: its violations after the fills, else the pod as changed
+/// (written only then).
 fn mutated(
-    object: Value,
+    write: impl FnOnce(&Mutation) -> Result<Mutated, serde_json::Error>,
+    mutation: Mutation,
     violations: Vec<Violation>,
     subject: &str,
-    warnings: Vec<String>,
 ) -> Verdict {
     match verdict(violations, subject, Vec::new()) {
-        Verdict::Accept { .. } => Verdict::Mutate {
-            object,
-            warnings: label_warnings(warnings),
+        Verdict::Accept { .. } => match write(&mutation) {
+            Ok(object) => Verdict::Mutate {
+                object,
+                warnings: label_warnings(mutation.warnings),
+            },
+            // serde_json writes any document it read.
+            Err(e) => Verdict::unreadable(format!("cannot write the mutated {subject}: {e}")),
         },
         rejection => rejection,
     }
@@ -400,7 +439,7 @@ fn review_pod_typed(
         Err(message) => return Verdict::unreadable(message),
     };
     let violations = rules::check(&changed.spec.unwrap_or_default(), contract);
-    mutated(value, violations, subject, mutation.warnings)
+    mutated(|_| Mutated::write(&value), mutation, violations, subject)
 }
 
 fn review_replica_set(
@@ -521,7 +560,7 @@ mod tests {
                     warnings: text(warnings),
                 },
                 Verdict::Mutate { object, warnings } => Answer::Mutate {
-                    object,
+                    object: object.value().expect("the mutated object reads back"),
                     warnings: text(warnings),
                 },
                 Verdict::Reject(rejection) => Answer::Reject {

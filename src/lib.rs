@@ -4,6 +4,7 @@
 //! request's JSON; no I/O.
 
 pub mod admission;
+pub mod json;
 pub mod mutate;
 mod outlined;
 pub mod payload;
@@ -17,4 +18,4 @@ pub mod view;
 pub use admission::{Request, judge};
 pub use quantity::Quantity;
 pub use settings::{Contract, Settings};
-pub use verdict::{Rejection, Verdict, Warning};
+pub use verdict::{Mutated, Rejection, Verdict, Warning};

@@ -4,6 +4,7 @@
 //! rewriting the object through typed structs would drop fields this crate's Kubernetes
 //! version does not know, and the JSONPatch the policy-server derives would then remove them.
 
+use crate::json::{self, Json};
 use crate::rules::{Resource, Side};
 use crate::schema::{self, Schema};
 use crate::settings::Contract;
@@ -51,8 +52,9 @@ impl Mutation {
             .join("; ")
     }
 
-    /// Writes the fills into a pod's JSON, creating the maps on the way.
-    pub fn apply(&self, pod: &mut Value) {
+    /// Writes the fills into a pod's JSON (a `Value`, or the borrowed [`Json`] a mutation
+    /// returns), creating the maps on the way.
+    pub fn apply<'a, D: Document<'a>>(&'a self, pod: &mut D) {
         for fill in &self.fills {
             match fill {
                 Fill::Resource {
@@ -69,25 +71,88 @@ impl Mutation {
                         "containers"
                     };
                     let Some(container) = pod
-                        .get_mut("spec")
-                        .and_then(|spec| spec.get_mut(list))
-                        .and_then(|list| list.get_mut(*index))
-                        .and_then(Value::as_object_mut)
+                        .member_mut("spec")
+                        .and_then(|spec| spec.member_mut(list))
+                        .and_then(|list| list.element_mut(*index))
+                        .and_then(D::as_map_mut)
                     else {
                         continue;
                     };
-                    let map = object_at(object_at(container, "resources"), side.field());
-                    map.insert(resource.key().to_owned(), Value::String(value.clone()));
+                    let map = D::map_at(D::map_at(container, "resources"), side.field());
+                    D::set(map, resource.key(), value);
                 }
                 Fill::Label { key, value } => {
-                    let Some(root) = pod.as_object_mut() else {
+                    let Some(root) = pod.as_map_mut() else {
                         continue;
                     };
-                    let labels = object_at(object_at(root, "metadata"), "labels");
-                    labels.insert((*key).to_owned(), Value::String(value.clone()));
+                    let labels = D::map_at(D::map_at(root, "metadata"), "labels");
+                    D::set(labels, *key, value);
                 }
             }
         }
+    }
+}
+
+/// A JSON document [`Mutation::apply`] writes into: one walk for a `Value` and for a borrowed
+/// [`Json`], so the two cannot differ. `'a`: what the document may borrow (the fills' values).
+pub trait Document<'a>: Sized {
+    type Map;
+    /// An object's member (None for any other value).
+    fn member_mut(&mut self, key: &str) -> Option<&mut Self>;
+    /// An array's element (None for any other value).
+    fn element_mut(&mut self, index: usize) -> Option<&mut Self>;
+    fn as_map_mut(&mut self) -> Option<&mut Self::Map>;
+    /// The object at `key`, replacing an absent or non-object value with `{}`.
+    fn map_at<'m>(map: &'m mut Self::Map, key: &'static str) -> &'m mut Self::Map;
+    /// Sets `key` to the string `value`.
+    fn set(map: &mut Self::Map, key: &'static str, value: &'a str);
+}
+
+impl Document<'_> for Value {
+    type Map = Map<String, Value>;
+
+    fn member_mut(&mut self, key: &str) -> Option<&mut Value> {
+        self.get_mut(key)
+    }
+
+    fn element_mut(&mut self, index: usize) -> Option<&mut Value> {
+        self.get_mut(index)
+    }
+
+    fn as_map_mut(&mut self) -> Option<&mut Self::Map> {
+        self.as_object_mut()
+    }
+
+    fn map_at<'m>(map: &'m mut Self::Map, key: &'static str) -> &'m mut Self::Map {
+        object_at(map, key)
+    }
+
+    fn set(map: &mut Self::Map, key: &'static str, value: &str) {
+        map.insert(key.to_owned(), Value::String(value.to_owned()));
+    }
+}
+
+impl<'a> Document<'a> for Json<'a> {
+    type Map = json::Members<'a>;
+
+    fn member_mut(&mut self, key: &str) -> Option<&mut Json<'a>> {
+        Json::member_mut(self, key)
+    }
+
+    fn element_mut(&mut self, index: usize) -> Option<&mut Json<'a>> {
+        Json::element_mut(self, index)
+    }
+
+    fn as_map_mut(&mut self) -> Option<&mut Self::Map> {
+        self.as_object_mut()
+    }
+
+    fn map_at<'m>(map: &'m mut Self::Map, key: &'static str) -> &'m mut Self::Map {
+        json::object_at(map, key)
+    }
+
+    fn set(map: &mut Self::Map, key: &'static str, value: &'a str) {
+        json::insert(map, key, Json::String(Cow::Borrowed(value)));
     }
 }
 

@@ -6,7 +6,9 @@
 
 use crate::mutate::Fill;
 use crate::rules::{Problem, Side, Violation};
+use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use std::fmt;
 
 /// What the policy answers for one request.
@@ -17,7 +19,7 @@ pub enum Verdict {
     },
     /// Accept the object as changed here.
     Mutate {
-        object: Value,
+        object: Mutated,
         warnings: Vec<Warning>,
     },
     Reject(Rejection),
@@ -32,6 +34,33 @@ impl Verdict {
 
     pub(crate) fn unreadable(message: String) -> Verdict {
         Verdict::Reject(Rejection::Unreadable { message })
+    }
+}
+
+/// A mutated object as the answer carries it: its JSON, written as serde_json writes a `Value`
+/// (compact, keys in order), so the module writes it into its answer as it is.
+#[derive(Clone, Debug)]
+pub struct Mutated(Box<RawValue>);
+
+impl Mutated {
+    /// Writes a document: a `Value`, or a [`Json`](crate::json::Json) written as one.
+    pub fn write<T: Serialize + ?Sized>(object: &T) -> Result<Mutated, serde_json::Error> {
+        serde_json::value::to_raw_value(object).map(Mutated)
+    }
+
+    pub fn json(&self) -> &RawValue {
+        &self.0
+    }
+
+    /// The object read into a `Value`.
+    pub fn value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+}
+
+impl PartialEq for Mutated {
+    fn eq(&self, other: &Mutated) -> bool {
+        self.0.get() == other.0.get()
     }
 }
 

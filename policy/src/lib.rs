@@ -12,7 +12,7 @@ pub mod settings;
 
 use jumppod::Verdict;
 use jumppod::payload;
-use jumppod_review::ValidationResponse;
+use jumppod_review::Answer;
 use kubewarden_policy_sdk::protocol_version_guest;
 use kubewarden_policy_sdk::settings::SettingsValidationResponse;
 use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
@@ -37,7 +37,8 @@ pub fn evaluate(payload: &[u8]) -> Vec<u8> {
     match decide(payload) {
         // The answer to almost every request, written once.
         Verdict::Accept { warnings } if warnings.is_empty() => ACCEPTED.to_vec(),
-        verdict => encode(&ValidationResponse::from(&verdict)),
+        // A mutated pod is written once, where the verdict was decided.
+        verdict => encode(&Answer::from(&verdict)),
     }
 }
 
@@ -95,6 +96,7 @@ fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jumppod_review::ValidationResponse;
 
     #[test]
     fn the_written_acceptance_is_what_the_answer_encodes_to() {

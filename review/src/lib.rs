@@ -15,7 +15,8 @@ mod response;
 pub use error::Error;
 pub use native::Native;
 pub use response::{
-    SettingsResponse, ValidationResponse, admission_response, decode_patch, patch_of, request_of,
+    Answer, SettingsResponse, ValidationResponse, admission_response, decode_patch, patch_of,
+    request_of,
 };
 
 use serde_json::Value;

@@ -2,6 +2,7 @@ use crate::Error;
 use base64::Engine as _;
 use jumppod::Verdict;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// The answer to `validate`, as the Kubewarden SDK writes it (the same fields in the same
@@ -24,12 +25,52 @@ pub struct ValidationResponse {
 /// The typed verdict as the module answers it: the message and warnings rendered.
 impl From<&Verdict> for ValidationResponse {
     fn from(verdict: &Verdict) -> ValidationResponse {
+        let answer = Answer::from(verdict);
+        let mutated_object = match answer.mutated_object.map(|o| serde_json::from_str(o.get())) {
+            None => None,
+            Some(Ok(object)) => Some(object),
+            // serde_json reads what it wrote: not reached.
+            Some(Err(e)) => {
+                return ValidationResponse {
+                    accepted: false,
+                    message: Some(format!("cannot read the mutated object: {e}")),
+                    code: Some(500),
+                    ..ValidationResponse::default()
+                };
+            }
+        };
+        ValidationResponse {
+            accepted: answer.accepted,
+            message: answer.message,
+            code: answer.code,
+            mutated_object,
+            audit_annotations: None,
+            warnings: answer.warnings,
+        }
+    }
+}
+
+/// A [`ValidationResponse`] as the module writes it: the same fields in the same order, the
+/// mutated object written as the verdict holds it (serde_json's text of it) rather than read
+/// into a `Value` and written again. The same bytes (a test compares them).
+#[derive(Clone, Debug, Serialize)]
+pub struct Answer<'v> {
+    pub accepted: bool,
+    pub message: Option<String>,
+    pub code: Option<u16>,
+    pub mutated_object: Option<&'v RawValue>,
+    pub audit_annotations: Option<Value>,
+    pub warnings: Option<Vec<String>>,
+}
+
+impl<'v> From<&'v Verdict> for Answer<'v> {
+    fn from(verdict: &'v Verdict) -> Answer<'v> {
         let text = |w: &[jumppod::Warning]| w.iter().map(ToString::to_string).collect();
         let (accepted, message, code, mutated_object, warnings): (_, _, _, _, Vec<String>) =
             match verdict {
                 Verdict::Accept { warnings } => (true, None, None, None, text(warnings)),
                 Verdict::Mutate { object, warnings } => {
-                    (true, None, None, Some(object.clone()), text(warnings))
+                    (true, None, None, Some(object.json()), text(warnings))
                 }
                 Verdict::Reject(rejection) => (
                     false,
@@ -39,7 +80,7 @@ impl From<&Verdict> for ValidationResponse {
                     Vec::new(),
                 ),
             };
-        ValidationResponse {
+        Answer {
             accepted,
             message,
             code,

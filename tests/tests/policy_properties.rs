@@ -688,7 +688,7 @@ fn review(request: Request<'_, '_>, settings: Option<&RawValue>) -> Answer {
             warnings: text(warnings),
         },
         Verdict::Mutate { object, warnings } => Answer::Mutate {
-            object,
+            object: object.value().expect("the mutated object reads back"),
             warnings: text(warnings),
         },
         Verdict::Reject(rejection) => Answer::Reject {

@@ -1,0 +1,86 @@
+//! A mutation's answer, pinned byte for byte: `test_data/mutated/<fixture>.answer` holds the
+//! module's `validate` answer for the legacy fixture under default settings and, on its second
+//! line, the AdmissionResponse policy-server makes of it (the base64 JSONPatch), both recorded
+//! from the policy before the mutated pod was written without a `Value` (issue 25).
+
+use jumppod::payload;
+use jumppod_policy::evaluate;
+use jumppod_review::{Answer, ValidationResponse, admission_response};
+use rstest::rstest;
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::path::{Path, PathBuf};
+
+fn test_data(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("test_data")
+        .join(relative)
+}
+
+/// The payload policy-server sends for a fixture, the request kept as written.
+fn payload(fixture: &str) -> Vec<u8> {
+    let text = std::fs::read_to_string(test_data(fixture)).expect("a fixture");
+    #[derive(Deserialize)]
+    struct Review<'a> {
+        #[serde(borrow)]
+        request: Option<&'a RawValue>,
+    }
+    let review: Review = serde_json::from_str(&text).expect("JSON");
+    let request = review.request.map_or(text.trim(), RawValue::get);
+    format!(r#"{{"request": {request}, "settings": {{}}}}"#).into_bytes()
+}
+
+#[rstest]
+#[case::a_bare_legacy_pod("legacy_bare_pod_create.json")]
+#[case::a_legacy_pod_in_an_admission_review("admission_review_legacy_bare_pod_create.json")]
+#[case::a_legacy_pod_with_some_resources("legacy_bare_pod_with_resources_create.json")]
+#[case::a_legacy_pod_whose_name_is_too_long_for_a_label("legacy_long_name_create.json")]
+#[case::a_legacy_pod_without_the_dstack_prefix("legacy_unprefixed_bare_pod_create.json")]
+#[case::a_legacy_pod_written_with_escapes("hostile/escaped_legacy_bare_pod.json")]
+fn a_mutation_answers_the_recorded_bytes(#[case] fixture: &str) {
+    let name = Path::new(fixture).file_stem().expect("a name");
+    let golden = test_data(&format!("mutated/{}.answer", name.to_string_lossy()));
+    let recorded = std::fs::read_to_string(&golden).expect("a recorded answer");
+    let (answer, admission) = recorded.split_once('\n').expect("two lines");
+    let payload = payload(fixture);
+    let got = evaluate(&payload);
+    assert_eq!(String::from_utf8_lossy(&got), answer, "{fixture}");
+    let request: Value =
+        serde_json::from_slice::<Value>(&payload).expect("JSON")["request"].clone();
+    let response: ValidationResponse = serde_json::from_slice(&got).expect("an answer");
+    assert_eq!(
+        admission_response(&request, &response).to_string(),
+        admission.trim_end(),
+        "{fixture}"
+    );
+}
+
+/// The module writes [`Answer`]; the host reads and renders [`ValidationResponse`]: for every
+/// fixture, mutations among them, the two are the same bytes.
+#[test]
+fn the_written_answer_is_the_validation_response_s_bytes() {
+    let mut fixtures = Vec::new();
+    for dir in [test_data(""), test_data("hostile")] {
+        for entry in std::fs::read_dir(&dir).expect("fixtures") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "json") {
+                let relative = path.strip_prefix(test_data("")).expect("under test_data");
+                fixtures.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    let mut mutations = 0;
+    for fixture in &fixtures {
+        let (verdict, _) = payload::decide(&payload(fixture));
+        let written = serde_json::to_vec(&Answer::from(&verdict)).expect("written");
+        let rendered = serde_json::to_vec(&ValidationResponse::from(&verdict)).expect("written");
+        assert_eq!(
+            String::from_utf8_lossy(&written),
+            String::from_utf8_lossy(&rendered),
+            "{fixture}"
+        );
+        mutations += usize::from(matches!(verdict, jumppod::Verdict::Mutate { .. }));
+    }
+    assert!(mutations >= 6, "{mutations} mutations");
+}
