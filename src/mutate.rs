@@ -86,7 +86,7 @@ impl Mutation {
                         continue;
                     };
                     let labels = D::map_at(D::map_at(root, "metadata"), "labels");
-                    D::set(labels, *key, value);
+                    D::set(labels, key, value);
                 }
             }
         }
