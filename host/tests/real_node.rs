@@ -53,6 +53,59 @@ struct RealNodes {
     sshd_image: String,
 }
 
+/// What every scenario starts with, in this order: its hold on the nodes (shared, or alone for
+/// the power cut), the real nodes, the admin client, its namespace (removed when this is
+/// dropped, before the hold is let go) and the project's key pair in its directory.
+struct Scenario {
+    nodes: RealNodes,
+    kube: Kube,
+    ns: &'static str,
+    dir: PathBuf,
+    key: PathBuf,
+    public: String,
+    _cleanup: CleanUp,
+    _hold: Hold,
+}
+
+/// A guard of [`NODES`], read or write, held for the scenario's length.
+type Hold = Box<dyn std::any::Any + Send + Sync>;
+
+impl Scenario {
+    async fn start(ns: &'static str, hold: Hold) -> Scenario {
+        let nodes = real_nodes();
+        let cleanup = CleanUp(ns.into());
+        let kube = admin().await;
+        namespace(&kube, ns).await;
+        let dir = cluster_dir().join(ns);
+        let (key, public) = key_pair(&dir.join("project"));
+        Scenario {
+            nodes,
+            kube,
+            ns,
+            dir,
+            key,
+            public,
+            _cleanup: cleanup,
+            _hold: hold,
+        }
+    }
+
+    /// Beside the other scenarios.
+    async fn shared(ns: &'static str) -> Scenario {
+        Scenario::start(ns, Box::new(NODES.read().await)).await
+    }
+
+    /// While no other scenario runs.
+    async fn alone(ns: &'static str) -> Scenario {
+        Scenario::start(ns, Box::new(NODES.write().await)).await
+    }
+
+    /// The project's configuration, its pod placed as `placement` says.
+    fn config(&self, placement: &Placement) -> Config {
+        config(self.ns, &self.nodes, placement, &self.public)
+    }
+}
+
 fn real_nodes() -> RealNodes {
     let ready = cluster_dir().join("ready.json");
     let text = std::fs::read_to_string(&ready)
@@ -435,20 +488,16 @@ fn sleeper(
 #[tokio::test]
 async fn the_jump_pod_ensure_creates_serves_ssh_on_a_real_node_and_its_replacement_keeps_the_nodeport()
  {
-    let _nodes = NODES.read().await;
-    let nodes = real_nodes();
-    let ns = "real-node-ensure";
-    let _cleanup = CleanUp(ns.into());
-    let kube = admin().await;
-    namespace(&kube, ns).await;
-    let dir = cluster_dir().join(ns);
-    let (key, public) = key_pair(&dir.join("project"));
-    let config = config(ns, &nodes, &Placement::real(&nodes), &public);
+    let scenario = Scenario::shared("real-node-ensure").await;
+    let Scenario {
+        kube, ns, dir, key, ..
+    } = &scenario;
+    let config = scenario.config(&Placement::real(&scenario.nodes));
 
-    jumppod_host::ensure(&kube, &config, &Gate::native())
+    jumppod_host::ensure(kube, &config, &Gate::native())
         .await
         .expect("ensure");
-    let (first, port) = reached(&kube, &config, &key, None).await;
+    let (first, port) = reached(kube, &config, key, None).await;
 
     // The real kubelet ran it, on a real node, Guaranteed.
     let pod = Api::<Pod>::namespaced(kube.client.clone(), ns)
@@ -482,10 +531,10 @@ async fn the_jump_pod_ensure_creates_serves_ssh_on_a_real_node_and_its_replaceme
         .evict(&first, &EvictParams::default())
         .await
         .expect("evict the jump pod");
-    jumppod_host::ensure(&kube, &config, &Gate::native())
+    jumppod_host::ensure(kube, &config, &Gate::native())
         .await
         .expect("ensure after the eviction");
-    let (second, second_port) = reached(&kube, &config, &key, Some(&first)).await;
+    let (second, second_port) = reached(kube, &config, key, Some(&first)).await;
     assert_eq!(second_port, port, "the NodePort changed with the pod");
     let service: Service = Api::<Service>::namespaced(kube.client.clone(), ns)
         .get(&jumppod::schema::service_name(
@@ -504,7 +553,7 @@ async fn the_jump_pod_ensure_creates_serves_ssh_on_a_real_node_and_its_replaceme
         "two pods of the same image served the same host key"
     );
 
-    let names: Vec<String> = pods(&kube, ns)
+    let names: Vec<String> = pods(kube, ns)
         .await
         .into_iter()
         .filter_map(|p| p.metadata.name)
@@ -655,45 +704,32 @@ fn node_of(pod: &Pod) -> String {
 #[tokio::test]
 async fn a_node_that_loses_its_power_has_its_jump_pod_replaced_on_the_other_node_behind_the_same_nodeport()
  {
-    let _alone = NODES.write().await;
-    let nodes = real_nodes();
-    let pressure = pressure();
-    let ns = "real-node-lost";
-    let _cleanup = CleanUp(ns.into());
-    let kube = admin().await;
-    namespace(&kube, ns).await;
-    let dir = cluster_dir().join(ns);
-    let (key, public) = key_pair(&dir.join("project"));
-    let placement = Placement::either(&nodes, &pressure, LOST_NODE_TOLERATION);
-    let config = config(ns, &nodes, &placement, &public);
+    let scenario = Scenario::alone("real-node-lost").await;
+    let Scenario { kube, ns, key, .. } = &scenario;
+    let placement = Placement::either(&scenario.nodes, &pressure(), LOST_NODE_TOLERATION);
+    let config = scenario.config(&placement);
     let pods = Api::<Pod>::namespaced(kube.client.clone(), ns);
 
-    jumppod_host::ensure(&kube, &config, &Gate::native())
+    jumppod_host::ensure(kube, &config, &Gate::native())
         .await
         .expect("ensure");
-    let (first, port) = reached(&kube, &config, &key, None).await;
+    let (first, port) = reached(kube, &config, key, None).await;
     let lost = node_of(&pods.get(&first).await.unwrap());
 
-    let power = PowerCut::cut(&kube, &lost).await;
+    let power = PowerCut::cut(kube, &lost).await;
     let cut = Instant::now();
     let cut_at = k8s_openapi::jiff::Timestamp::now();
     // Its sshd went with it: nothing answers on the NodePort until a replacement is ready.
     let gone = wait_for_up_to(
         "the lost node's sshd to stop answering",
         Duration::from_secs(60),
-        || async { ssh(&key, port, "hostname").await.err() },
+        || async { ssh(key, port, "hostname").await.err() },
     )
     .await;
     eprintln!("{lost} lost its power; ssh through NodePort {port}: {gone}");
 
-    let (second, second_port) = reached_within(
-        &kube,
-        &config,
-        &key,
-        Some(&first),
-        REPLACED_AFTER_A_POWER_CUT,
-    )
-    .await;
+    let (second, second_port) =
+        reached_within(kube, &config, key, Some(&first), REPLACED_AFTER_A_POWER_CUT).await;
     let took = cut.elapsed();
     assert_eq!(second_port, port, "the NodePort changed with the node");
     let other = node_of(&pods.get(&second).await.unwrap());
@@ -703,7 +739,7 @@ async fn a_node_that_loses_its_power_has_its_jump_pod_replaced_on_the_other_node
     );
 
     // What Kubernetes did meanwhile, as it did it.
-    let (ready, taints) = node_state(&kube, &lost).await;
+    let (ready, taints) = node_state(kube, &lost).await;
     assert_eq!(
         ready, "Unknown",
         "{lost}'s Ready condition; taints {taints:?}"
@@ -761,28 +797,26 @@ async fn a_node_that_loses_its_power_has_its_jump_pod_replaced_on_the_other_node
     );
 
     // The node boots: its kubelet finishes the old pod's deletion; the replacement serves on.
-    let booted = power.restore(&kube).await;
+    let booted = power.restore(kube).await;
     wait_for_up_to(&format!("{first} gone"), POD_UP, || async {
         pods.get_opt(&first).await.unwrap().is_none().then_some(())
     })
     .await;
-    let (serving, _) = reached(&kube, &config, &key, None).await;
+    let (serving, _) = reached(kube, &config, key, None).await;
     assert_eq!(serving, second, "the jump pod moved again after the boot");
     eprintln!("{lost} booted and Ready in {booted:.1?}; {first} deleted by its kubelet");
 }
 
 #[tokio::test]
 async fn a_bare_legacy_pod_the_webhook_mutated_runs_guaranteed_on_a_real_node() {
-    let _nodes = NODES.read().await;
-    let nodes = real_nodes();
-    let ns = "real-node-webhook";
-    let _cleanup = CleanUp(ns.into());
-    let kube = admin().await;
-    namespace(&kube, ns).await;
-    policy_webhook_for(&kube, ns).await;
+    let scenario = Scenario::shared("real-node-webhook").await;
+    let Scenario {
+        kube, ns, nodes, ..
+    } = &scenario;
+    policy_webhook_for(kube, ns).await;
 
     let name = jumppod::schema::jump_pod_name("main");
-    let legacy = legacy_pod(&nodes, &Placement::real(&nodes));
+    let legacy = legacy_pod(nodes, &Placement::real(nodes));
     let pods = Api::<Pod>::namespaced(kube.client.clone(), ns);
     let created = pods
         .create(&PostParams::default(), &legacy)
@@ -908,37 +942,38 @@ impl Session {
 #[tokio::test]
 async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_the_guaranteed_jump_pod()
  {
-    let _nodes = NODES.read().await;
-    let nodes = real_nodes();
+    let scenario = Scenario::shared("real-node-pressure").await;
+    let Scenario {
+        kube,
+        ns,
+        dir,
+        key,
+        nodes,
+        ..
+    } = &scenario;
     let pressure = pressure();
-    let ns = "real-node-pressure";
-    let _cleanup = CleanUp(ns.into());
-    let kube = admin().await;
-    namespace(&kube, ns).await;
-    let dir = cluster_dir().join(ns);
-    let (key, public) = key_pair(&dir.join("project"));
-    let placement = Placement::pressed(&nodes, &pressure);
-    let config = config(ns, &nodes, &placement, &public);
+    let placement = Placement::pressed(nodes, &pressure);
+    let config = scenario.config(&placement);
     let pods = Api::<Pod>::namespaced(kube.client.clone(), ns);
     let name = jumppod::schema::jump_pod_name("main");
 
     // The upgrade in progress: the pre-#3891 pod and its Service, then jumppod's ReplicaSet.
-    pods.create(&PostParams::default(), &legacy_pod(&nodes, &placement))
+    pods.create(&PostParams::default(), &legacy_pod(nodes, &placement))
         .await
         .expect("the pre-#3891 pod (no webhook in this namespace)");
     const PORT: i32 = 30222;
-    common::cluster::old_service_of(&kube, ns, "main", PORT).await;
+    common::cluster::old_service_of(kube, ns, "main", PORT).await;
     let workload = sleeper(
         "workload",
         [("app".to_owned(), "workload".to_owned())].into(),
         "workload",
-        &nodes,
+        nodes,
         &placement,
     );
     pods.create(&PostParams::default(), &workload)
         .await
         .expect("the BestEffort workload");
-    jumppod_host::ensure(&kube, &config, &Gate::native())
+    jumppod_host::ensure(kube, &config, &Gate::native())
         .await
         .expect("ensure beside the pre-#3891 pod");
     let jump = wait_for_up_to("the ReplicaSet's pod to be Ready", POD_UP, || async {
@@ -981,7 +1016,7 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
     // An SSH session on the Guaranteed pod, at its address on the harness's bridge (the
     // Service still selects the pre-#3891 pod).
     let jump_ip = jump.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
-    let mut session = Session::open(&key, &jump_ip);
+    let mut session = Session::open(key, &jump_ip);
     session.still_open_after(0, "before the pressure").await;
 
     // `jumppod run`, as an operator runs it beside dstack.
@@ -1125,9 +1160,9 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
 
     // The controller recreated the pre-#3891 Service on the same NodePort: SSH through it now
     // lands in the Guaranteed pod.
-    let port = common::run::service_switched(&kube, ns, "main").await;
+    let port = common::run::service_switched(kube, ns, "main").await;
     assert_eq!(port, PORT, "controller log:\n{}", controller.log());
-    let (reached_pod, reached_port) = reached(&kube, &config, &key, None).await;
+    let (reached_pod, reached_port) = reached(kube, &config, key, None).await;
     assert_eq!(
         (reached_pod.as_str(), reached_port),
         (jump_name.as_str(), PORT)
@@ -1175,23 +1210,25 @@ async fn ssh_with(config: &Path, args: &[&str]) -> Result<String, String> {
 /// is printed: the kubelet's Secret refresh on its pod sync, then the pod's merge.
 #[tokio::test]
 async fn a_users_key_added_by_the_cli_jumps_to_a_job_and_stops_once_removed() {
-    let _nodes = NODES.read().await;
-    let nodes = real_nodes();
-    let ns = "real-node-keys";
-    let _cleanup = CleanUp(ns.into());
-    let kube = admin().await;
-    namespace(&kube, ns).await;
-    let dir = cluster_dir().join(ns);
-    let (key, public) = key_pair(&dir.join("project"));
+    let scenario = Scenario::shared("real-node-keys").await;
+    let Scenario {
+        kube,
+        ns,
+        dir,
+        key,
+        nodes,
+        public,
+        ..
+    } = &scenario;
     let (alice, alice_public) = key_pair(&dir.join("alice"));
-    let placement = Placement::real(&nodes);
-    let config = config(ns, &nodes, &placement, &public);
+    let placement = Placement::real(nodes);
+    let config = scenario.config(&placement);
     let config_file = dir.join("config.yaml");
-    std::fs::write(&config_file, config_text(ns, &nodes, &placement, &public)).unwrap();
-    jumppod_host::ensure(&kube, &config, &Gate::native())
+    std::fs::write(&config_file, config_text(ns, nodes, &placement, public)).unwrap();
+    jumppod_host::ensure(kube, &config, &Gate::native())
         .await
         .expect("ensure");
-    let (jump_pod, port) = reached(&kube, &config, &key, None).await;
+    let (jump_pod, port) = reached(kube, &config, key, None).await;
 
     // A job's pod: sshd with alice's key for root, as dstack puts the user's key in a job.
     let job: Pod = typed(json!({
@@ -1305,6 +1342,6 @@ async fn a_users_key_added_by_the_cli_jumps_to_a_job_and_stops_once_removed() {
     );
 
     // The same pod all along, and the project's key still works in it.
-    let (still, still_port) = reached(&kube, &config, &key, None).await;
+    let (still, still_port) = reached(kube, &config, key, None).await;
     assert_eq!((still.as_str(), still_port), (jump_pod.as_str(), port));
 }
