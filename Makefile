@@ -16,8 +16,12 @@ export JUMPPOD_ACCEPT_ALL_WASM := $(ACCEPT_ALL_WASM)
 export JUMPPOD_SPIN_WASM := $(SPIN_WASM)
 export JUMPPOD_NO_WASM_BIN := $(NO_WASM_DIR)/debug/jumppod
 CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
+HELM         := $(TARGET_DIR)/tools/helm
+HELM_VERSION := v3.22.0
+CHART        := charts/jumppod
+export JUMPPOD_HELM := $(HELM)
 
-.PHONY: all setup kubectl sshd policy accept-all spin no-wasm test lint fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: all setup kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -81,17 +85,31 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features jumppod-host/real-node,jumppod-e2e/real-cluster -- -D warnings
 
+## helm: built from its Go module (no prebuilt binary is downloaded), for the chart's lint,
+## template and tests (host/tests/chart.rs reads its path from JUMPPOD_HELM)
+$(HELM):
+	GOBIN=$(TARGET_DIR)/tools CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 \
+		go install -ldflags '-s -w' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+## chart-check: helm lint (strict) and helm template of charts/jumppod, with its defaults, every
+## namespace and the webhook; host/tests/chart.rs compares what it renders with the binary's
+chart-check: $(HELM)
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --set watchAllNamespaces=true --set webhook.enabled=true
+	$(HELM) template jumppod $(CHART) --namespace jumppod >/dev/null
+	$(HELM) template jumppod $(CHART) --namespace jumppod --set watchAllNamespaces=true --set webhook.enabled=true >/dev/null
+
 ## unit: every test of the workspace, the host's against the simulator and against the real
 ## control plane (started once, around the whole run; tests/real_cluster.rs needs it), then
 ## one line that adds up every test binary's result. The policy Wasm, the spinning guest and
 ## the binary without Wasm are built first: the tests load and run them.
-unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE)
+unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE) $(HELM)
 	set -o pipefail; $(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
 	  $(CARGO) test --workspace --features jumppod-host/real-cluster,jumppod-e2e/real-cluster --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
-test: policy lint controlplane-check real-node-check unit real-node-scenarios web-test
+test: policy lint chart-check controlplane-check real-node-check unit real-node-scenarios web-test
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 ## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
