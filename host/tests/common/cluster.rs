@@ -149,11 +149,7 @@ pub async fn evict(kube: &Kube, ns: &str, name: &str) {
     .expect("evict the pod");
 }
 
-/// The Service of a pre-#3891 release: the legacy selector, on `node_port`.
-pub async fn old_service(kube: &Kube, ns: &str, node_port: i32) {
-    old_service_of(kube, ns, "main", node_port).await
-}
-
+/// The Service of a pre-#3891 release of `project`: the legacy selector, on `node_port`.
 pub async fn old_service_of(kube: &Kube, ns: &str, project: &str, node_port: i32) {
     service_of(kube, ns, project, node_port, false).await
 }

@@ -204,29 +204,8 @@ pub fn service(sim: &Sim) -> Value {
         .expect("the service exists")
 }
 
-/// Pods of the namespace that are not finished and not being deleted.
-pub fn active_pods(sim: &Sim) -> Vec<Value> {
-    sim.list("pods", Some(NS))
-        .into_iter()
-        .filter(|p| {
-            !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded"))
-                && p["metadata"]["deletionTimestamp"].is_null()
-        })
-        .collect()
-}
-
 pub fn replicasets(sim: &Sim) -> Vec<Value> {
     sim.list("replicasets", Some(NS))
-}
-
-/// Requests of `f`, discovery excluded.
-pub async fn requests_of<T, F: std::future::Future<Output = T>>(
-    sim: &Sim,
-    f: F,
-) -> (T, Vec<RequestRecord>) {
-    sim.clear_requests();
-    let out = f.await;
-    (out, sim.requests())
 }
 
 pub fn writes(records: &[RequestRecord]) -> Vec<String> {
