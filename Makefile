@@ -21,7 +21,7 @@ HELM_VERSION := v3.22.0
 CHART        := charts/jumppod
 export JUMPPOD_HELM := $(HELM)
 
-.PHONY: all setup kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: image image-check all setup kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -109,7 +109,7 @@ unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE) $(HELM)
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
 ## test: what CI runs
-test: policy lint chart-check controlplane-check real-node-check unit real-node-scenarios web-test
+test: policy lint chart-check controlplane-check image-check real-node-check unit real-node-scenarios web-test
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 ## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
@@ -186,6 +186,29 @@ real-node-deps:
 REAL_NODE_IMAGES := $(TARGET_DIR)/images
 real-node-images: real-node-deps $(CONTROLPLANE)
 	nice -n 10 controlplane/images/build.sh $(CONTROLPLANE) $(REAL_NODE_IMAGES)
+
+## image: jumppod's OCI image, without Docker or any daemon (image/build.sh): the binary (profile
+## `image`: release without LTO), policy.wasm, the libraries the binary loads, user 65532; packed
+## by the control plane's `oci-archive`, reproducibly (the commit's time on every file). Paths are
+## remapped so that a clone elsewhere builds the same bytes. IMAGE_REF names it.
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE_REF ?= ghcr.io/jumppod/jumppod:$(VERSION)
+IMAGE_DIR := $(TARGET_DIR)/oci
+IMAGE_BIN := $(TARGET_DIR)/image/jumppod
+image: policy $(CONTROLPLANE)
+	RUSTFLAGS="--remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo --remap-path-prefix=$(CURDIR)=/jumppod" \
+	  nice -n 5 $(CARGO) build --profile image -p jumppod-host --locked
+	image/build.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
+
+## image-check: the image built twice has one digest, its layer alone runs the binary, and it is
+## pushed to a registry and pulled by digest (Debian's skopeo and docker-registry, on loopback)
+IMAGE_PACKAGES := skopeo docker-registry
+image-check: image
+	@{ command -v skopeo && command -v docker-registry; } >/dev/null 2>&1 || { \
+	  echo "image-check: installing Debian's $(IMAGE_PACKAGES)"; \
+	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq $(IMAGE_PACKAGES) || { apt-get update -qq && apt-get install -y -qq $(IMAGE_PACKAGES); }; } >/dev/null; \
+	  else echo "run as root or install $(IMAGE_PACKAGES) yourself" >&2; exit 1; fi; }
+	image/check.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
 
 ## real-node-check: the control plane with 2 real nodes (kubelet, containerd, kube-proxy), the
 ## jump pod's sshd reached through a NodePort on 127.0.0.1 (controlplane/realnode_test.go); -count=1:

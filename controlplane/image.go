@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,40 +13,96 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
 // ociArchiveCommand is `oci-archive`: it packs a root filesystem into an OCI
-// image layout tarball of one uncompressed layer, which `ctr images import`
-// loads. The real nodes' images are made this way from local files
-// (images/build.sh), since nothing can be pulled from a registry here.
+// image layout tarball of one layer, which `ctr images import` loads and
+// `skopeo copy oci-archive:FILE docker://...` pushes. The real nodes' images
+// (images/build.sh) and jumppod's own (image/build.sh) are made this way
+// from local files, since nothing can be pulled from a registry here, and no
+// daemon is needed. The same directory contents and flags give the same
+// bytes: paths in order, one modification time (--epoch), owners by number.
 func ociArchiveCommand(args []string) int {
 	fs := flag.NewFlagSet("oci-archive", flag.ContinueOnError)
-	rootfs := fs.String("rootfs", "", "directory holding the image's root filesystem")
-	ref := fs.String("ref", "", "image reference, e.g. localhost/jumppod/sshd:bookworm")
+	var opts imageOptions
+	fs.StringVar(&opts.rootfs, "rootfs", "", "directory holding the image's root filesystem")
+	fs.StringVar(&opts.ref, "ref", "", "image reference, e.g. localhost/jumppod/sshd:bookworm")
 	out := fs.String("out", "", "the OCI archive to write")
-	var entrypoint stringList
-	fs.Var(&entrypoint, "entrypoint", "the image's entrypoint, one word per flag")
+	fs.Var((*stringList)(&opts.entrypoint), "entrypoint", "the image's entrypoint, one word per flag")
+	fs.Var((*stringList)(&opts.env), "env", "KEY=VALUE in the image's environment (repeatable; PATH is always set)")
+	fs.Var((*stringList)(&opts.labels), "label", "KEY=VALUE label of the image, also a manifest annotation (repeatable)")
+	fs.StringVar(&opts.user, "user", "", "the user the image runs as, UID[:GID]")
+	fs.StringVar(&opts.owner, "owner", "", "UID:GID that owns every file of the layer (default: the files' own)")
+	fs.Int64Var(&opts.epoch, "epoch", 0, "seconds since 1970: every file's modification time and the image's creation time (SOURCE_DATE_EPOCH)")
+	fs.BoolVar(&opts.gzip, "gzip", false, "compress the layer (what a registry stores)")
+	digestOut := fs.String("digest-file", "", "also write the image's manifest digest to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *rootfs == "" || *ref == "" || *out == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: jumppod-controlplane oci-archive --rootfs DIR --ref REF --out FILE [--entrypoint WORD]...")
+	if opts.rootfs == "" || opts.ref == "" || *out == "" || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: jumppod-controlplane oci-archive --rootfs DIR --ref REF --out FILE [--entrypoint WORD]... [--env K=V]... [--label K=V]... [--user UID[:GID]] [--owner UID:GID] [--epoch SECONDS] [--gzip] [--digest-file FILE]")
 		return 2
 	}
-	if err := writeOCIArchive(*rootfs, *ref, entrypoint, *out); err != nil {
+	digest, err := writeOCIArchive(opts, *out)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "jumppod-controlplane oci-archive: %v\n", err)
 		return 1
 	}
+	if *digestOut != "" {
+		if err := os.WriteFile(*digestOut, []byte(digest+"\n"), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "jumppod-controlplane oci-archive: %v\n", err)
+			return 1
+		}
+	}
+	fmt.Printf("%s %s %s\n", *out, opts.ref, digest)
 	return 0
+}
+
+// imageOptions: what goes into one image besides its files.
+type imageOptions struct {
+	rootfs, ref, user, owner string
+	entrypoint, env, labels  []string
+	epoch                    int64
+	gzip                     bool
 }
 
 type stringList []string
 
 func (s *stringList) String() string     { return strings.Join(*s, " ") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// keyValues parses KEY=VALUE words, naming the flag and the word it refuses.
+func keyValues(flagName string, words []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, w := range words {
+		k, v, ok := strings.Cut(w, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--%s %q: want KEY=VALUE", flagName, w)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// parseOwner reads UID:GID.
+func parseOwner(s string) (uid, gid int, err error) {
+	u, g, ok := strings.Cut(s, ":")
+	if ok {
+		uid, err = strconv.Atoi(u)
+		if err == nil {
+			gid, err = strconv.Atoi(g)
+		}
+	}
+	if !ok || err != nil || uid < 0 || gid < 0 {
+		return 0, 0, fmt.Errorf("--owner %q: want UID:GID, two numbers", s)
+	}
+	return uid, gid, nil
+}
 
 // blob is one content-addressed file of the layout.
 type blob struct {
@@ -69,69 +126,112 @@ func jsonBlob(mediaType string, v any) (blob, error) {
 	return blob{mediaType: mediaType, digest: "sha256:" + hex.EncodeToString(sum[:]), size: int64(len(data)), data: data}, nil
 }
 
-func writeOCIArchive(rootfs, ref string, entrypoint []string, out string) error {
+// writeOCIArchive writes the archive and returns the manifest's digest, the
+// image's identity in a registry (`name@sha256:...`).
+func writeOCIArchive(opts imageOptions, out string) (string, error) {
+	labels, err := keyValues("label", opts.labels)
+	if err != nil {
+		return "", err
+	}
+	extraEnv, err := keyValues("env", opts.env)
+	if err != nil {
+		return "", err
+	}
+	tarOpts := tarOptions{mtime: time.Unix(opts.epoch, 0).UTC(), uid: -1, gid: -1}
+	if opts.owner != "" {
+		if tarOpts.uid, tarOpts.gid, err = parseOwner(opts.owner); err != nil {
+			return "", err
+		}
+	}
 	// The layer goes to a temporary file first: its digest is needed before
 	// the archive that holds it can be written.
 	layerFile, err := os.CreateTemp(filepath.Dir(out), ".layer-*.tar")
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer os.Remove(layerFile.Name())
 	defer layerFile.Close()
-	digester := sha256.New()
-	counter := &countingWriter{w: io.MultiWriter(layerFile, digester)}
-	if err := tarDirectory(rootfs, counter); err != nil {
-		return fmt.Errorf("packing %s: %w", rootfs, err)
+	layerDigester, tarDigester := sha256.New(), sha256.New()
+	counter := &countingWriter{w: io.MultiWriter(layerFile, layerDigester)}
+	var tarSink io.Writer = counter
+	var zw *gzip.Writer
+	if opts.gzip {
+		// No name and no time in the gzip header: the same tar, the same bytes.
+		zw, _ = gzip.NewWriterLevel(counter, gzip.BestCompression)
+		tarSink = zw
 	}
-	diffID := "sha256:" + hex.EncodeToString(digester.Sum(nil))
-	layer := blob{mediaType: "application/vnd.oci.image.layer.v1.tar", digest: diffID, size: counter.n, path: layerFile.Name()}
+	if err := tarDirectory(opts.rootfs, io.MultiWriter(tarSink, tarDigester), tarOpts); err != nil {
+		return "", fmt.Errorf("packing %s: %w", opts.rootfs, err)
+	}
+	mediaType := "application/vnd.oci.image.layer.v1.tar"
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			return "", err
+		}
+		mediaType += "+gzip"
+	}
+	diffID := "sha256:" + hex.EncodeToString(tarDigester.Sum(nil))
+	layer := blob{mediaType: mediaType, digest: "sha256:" + hex.EncodeToString(layerDigester.Sum(nil)), size: counter.n, path: layerFile.Name()}
 
-	created := time.Unix(0, 0).UTC().Format(time.RFC3339)
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for _, k := range sortedKeys(extraEnv) {
+		env = append(env, k+"="+extraEnv[k])
+	}
+	imageConfig := map[string]any{"Entrypoint": opts.entrypoint, "Env": env}
+	if opts.user != "" {
+		imageConfig["User"] = opts.user
+	}
+	if len(labels) > 0 {
+		imageConfig["Labels"] = labels
+	}
+	created := tarOpts.mtime.Format(time.RFC3339)
 	config, err := jsonBlob("application/vnd.oci.image.config.v1+json", map[string]any{
 		"created":      created,
 		"architecture": "amd64",
 		"os":           "linux",
-		"config": map[string]any{
-			"Entrypoint": entrypoint,
-			"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		},
-		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
-		"history": []map[string]any{{"created": created, "created_by": "jumppod-controlplane oci-archive"}},
+		"config":       imageConfig,
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{diffID}},
+		"history":      []map[string]any{{"created": created, "created_by": "jumppod-controlplane oci-archive"}},
 	})
 	if err != nil {
-		return err
+		return "", err
 	}
-	manifest, err := jsonBlob("application/vnd.oci.image.manifest.v1+json", map[string]any{
+	manifestBody := map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
 		"config":        config.descriptor(),
 		"layers":        []any{layer.descriptor()},
-	})
+	}
+	if len(labels) > 0 {
+		manifestBody["annotations"] = labels
+	}
+	manifest, err := jsonBlob("application/vnd.oci.image.manifest.v1+json", manifestBody)
 	if err != nil {
-		return err
+		return "", err
 	}
 	manifestDesc := manifest.descriptor()
 	manifestDesc["platform"] = map[string]string{"architecture": "amd64", "os": "linux"}
 	// containerd names the imported image after io.containerd.image.name;
 	// other tools read the OCI ref annotation.
 	manifestDesc["annotations"] = map[string]string{
-		"io.containerd.image.name":          ref,
-		"org.opencontainers.image.ref.name": ref[strings.LastIndex(ref, ":")+1:],
+		"io.containerd.image.name":          opts.ref,
+		"org.opencontainers.image.ref.name": opts.ref[strings.LastIndex(opts.ref, ":")+1:],
 	}
 	index, err := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": []any{manifestDesc}})
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	tmp := out + ".partial"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer os.Remove(tmp)
 	tw := tar.NewWriter(f)
 	write := func(name string, size int64, r io.Reader) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+		hdr := &tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg, ModTime: tarOpts.mtime}
+		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
 		_, err := io.Copy(tw, r)
@@ -139,29 +239,38 @@ func writeOCIArchive(rootfs, ref string, entrypoint []string, out string) error 
 	}
 	layout := []byte(`{"imageLayoutVersion":"1.0.0"}`)
 	if err := write("oci-layout", int64(len(layout)), strings.NewReader(string(layout))); err != nil {
-		return err
+		return "", err
 	}
 	if err := write("index.json", int64(len(index)), strings.NewReader(string(index))); err != nil {
-		return err
+		return "", err
 	}
 	for _, b := range []blob{config, manifest} {
 		if err := write("blobs/sha256/"+strings.TrimPrefix(b.digest, "sha256:"), b.size, strings.NewReader(string(b.data))); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if _, err := layerFile.Seek(0, io.SeekStart); err != nil {
-		return err
+		return "", err
 	}
 	if err := write("blobs/sha256/"+strings.TrimPrefix(layer.digest, "sha256:"), layer.size, layerFile); err != nil {
-		return err
+		return "", err
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return "", err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return "", err
 	}
-	return os.Rename(tmp, out)
+	return manifest.digest, os.Rename(tmp, out)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 type countingWriter struct {
@@ -175,9 +284,17 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// tarDirectory writes dir as a layer: paths relative to it, owners, modes,
-// symlinks, hard links (once, then as links) and device nodes kept.
-func tarDirectory(dir string, w io.Writer) error {
+// tarOptions: what the layer records in place of what the files say, so
+// that a copy made at another time (or by another user) packs alike.
+type tarOptions struct {
+	mtime    time.Time
+	uid, gid int // -1: the file's own
+}
+
+// tarDirectory writes dir as a layer: paths relative to it in lexical order,
+// owners, modes, symlinks, hard links (once, then as links) and device nodes
+// kept; every time is opts.mtime.
+func tarDirectory(dir string, w io.Writer, opts tarOptions) error {
 	tw := tar.NewWriter(w)
 	type inode struct{ dev, ino uint64 }
 	seen := map[inode]string{}
@@ -209,6 +326,10 @@ func tarDirectory(dir string, w io.Writer) error {
 		}
 		// Owners by number only: the image's /etc/passwd is not this machine's.
 		hdr.Uname, hdr.Gname = "", ""
+		if opts.uid >= 0 {
+			hdr.Uid, hdr.Gid = opts.uid, opts.gid
+		}
+		hdr.ModTime, hdr.AccessTime, hdr.ChangeTime = opts.mtime, time.Time{}, time.Time{}
 		hdr.Format = tar.FormatPAX
 		if st, ok := statOf(info); ok && info.Mode().IsRegular() && st.nlink > 1 {
 			key := inode{st.dev, st.ino}
