@@ -1,0 +1,929 @@
+//! The Helm chart (charts/jumppod) against the binary it deploys: what `helm template` renders
+//! is compared, as parsed objects, with what `jumppod rbac --controller` and `jumppod
+//! webhook-configuration --service` print, so the chart and the binary cannot drift apart; its
+//! pods are Guaranteed and locked down; `helm lint` passes and values.schema.json refuses a bad
+//! value naming it. With the feature `real-cluster`, the real API server's server-side dry run
+//! accepts what it renders, and an install, upgrade and uninstall keep the webhook's CA and
+//! leave nothing behind.
+//!
+//! helm comes from `JUMPPOD_HELM` (the Makefile builds it into target/tools/helm from its Go
+//! module and exports the path).
+
+use rstest::rstest;
+use serde::Deserialize as _;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The release's namespace in the renders; the binary is asked for the same.
+const NS: &str = "dstack-system";
+
+fn helm() -> Command {
+    let helm = std::env::var_os("JUMPPOD_HELM").expect(
+        "JUMPPOD_HELM is not set: these tests run helm, which `make target/tools/helm` builds \
+         from its Go module (make exports JUMPPOD_HELM); or point it at a helm 3 binary",
+    );
+    let mut cmd = Command::new(helm);
+    // helm's own caches and settings in the test's directory, not the user's.
+    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm");
+    cmd.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    cmd
+}
+
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/jumppod")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A YAML stream's documents as JSON values (empty documents left out).
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{e}:\n{yaml}")))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+/// `helm template jumppod CHART --namespace NS ARGS...`: the objects, or helm's error.
+fn template_in(namespace: &str, args: &[&str]) -> Result<Vec<Value>, String> {
+    let out = helm()
+        .args(["template", "jumppod"])
+        .arg(chart())
+        .args(["--namespace", namespace])
+        .args(args)
+        .output()
+        .expect("helm runs");
+    if out.status.success() {
+        Ok(documents(&text(&out.stdout)))
+    } else {
+        Err(text(&out.stderr))
+    }
+}
+
+fn template(args: &[&str]) -> Vec<Value> {
+    template_in(NS, args).unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
+}
+
+fn run_jumppod(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_jumppod"))
+        .args(args)
+        .output()
+        .expect("jumppod runs")
+}
+
+/// What the binary prints with `-o json`: a List's items, or the one object.
+fn jumppod(args: &[&str]) -> Vec<Value> {
+    let out = run_jumppod(&[args, &["-o", "json"]].concat());
+    assert!(
+        out.status.success(),
+        "jumppod {args:?}: {}",
+        text(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    match printed["kind"].as_str() {
+        Some("List") => printed["items"].as_array().unwrap().clone(),
+        _ => vec![printed],
+    }
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    match of_kind(objects, kind)[..] {
+        [object] => object,
+        ref found => panic!("{} objects of kind {kind}, not one", found.len()),
+    }
+}
+
+/// The Deployment whose pods are of this component (`controller`, `webhook`).
+fn deployment<'a>(objects: &'a [Value], component: &str) -> &'a Value {
+    of_kind(objects, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+        .unwrap_or_else(|| panic!("no Deployment of the {component}"))
+}
+
+/// What each binding grants: (binding kind, binding namespace, the rules of the role it names),
+/// sorted; every subject must be the one ServiceAccount among the objects.
+fn grants(objects: &[Value]) -> Vec<(String, Value, Value)> {
+    let account = one(objects, "ServiceAccount");
+    let subject = json!([{
+        "kind": "ServiceAccount",
+        "name": account["metadata"]["name"],
+        "namespace": account["metadata"]["namespace"],
+    }]);
+    let mut grants: Vec<_> = objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+        .map(|binding| {
+            assert_eq!(binding["subjects"], subject, "{binding}");
+            let role_ref = &binding["roleRef"];
+            let role = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == role_ref["kind"]
+                        && o["metadata"]["name"] == role_ref["name"]
+                        && o["metadata"]["namespace"] == binding["metadata"]["namespace"]
+                })
+                .unwrap_or_else(|| panic!("{binding}: its role is not among the objects"));
+            (
+                binding["kind"].as_str().unwrap().to_owned(),
+                binding["metadata"]["namespace"].clone(),
+                role["rules"].clone(),
+            )
+        })
+        .collect();
+    grants.sort_by_key(|(kind, ns, _)| (kind.clone(), ns.to_string()));
+    grants
+}
+
+fn kinds(objects: &[Value]) -> Vec<String> {
+    let mut kinds: Vec<_> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap().to_owned())
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+/// The chart's controller has exactly the RBAC `jumppod rbac --controller` prints: the same
+/// kinds of objects, and each binding grants the controller's ServiceAccount the same rules in
+/// the same namespace (a ClusterRole with `-A`, the Lease's Role in the release's namespace).
+#[rstest]
+#[case::for_one_namespace(false)]
+#[case::for_every_namespace(true)]
+fn the_charts_rbac_is_what_rbac_controller_prints(#[case] all: bool) {
+    let chart = template(&["--set", &format!("watchAllNamespaces={all}")]);
+    let mut args = vec!["rbac", "--controller", "--namespace", NS];
+    if all {
+        args.push("--all-namespaces");
+    }
+    let printed = jumppod(&args);
+    let rbac = |objects: &[Value]| -> Vec<Value> {
+        objects
+            .iter()
+            .filter(|o| o["kind"] != "Deployment" && o["kind"] != "ConfigMap")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(kinds(&rbac(&chart)), kinds(&rbac(&printed)));
+    assert_eq!(grants(&chart), grants(&printed));
+}
+
+/// The chart's controller Deployment runs what the binary's does: the same arguments, the
+/// Lease's POD_NAME and POD_NAMESPACE from the downward API, the named metrics port and the
+/// probes on it, the same resources, replicas and grace period, and at least its security
+/// contexts, as the chart's ServiceAccount.
+#[rstest]
+#[case::for_one_namespace(false)]
+#[case::for_every_namespace(true)]
+fn the_charts_controller_runs_what_rbac_controller_prints(#[case] all: bool) {
+    let chart = template(&["--set", &format!("watchAllNamespaces={all}")]);
+    let mut args = vec!["rbac", "--controller", "--namespace", NS];
+    if all {
+        args.push("--all-namespaces");
+    }
+    let printed = jumppod(&args);
+    let ours = deployment(&chart, "controller");
+    let theirs = one(&printed, "Deployment");
+    assert_eq!(ours["spec"]["replicas"], theirs["spec"]["replicas"]);
+    let (pod, their_pod) = (
+        &ours["spec"]["template"]["spec"],
+        &theirs["spec"]["template"]["spec"],
+    );
+    assert_eq!(
+        pod["serviceAccountName"],
+        one(&chart, "ServiceAccount")["metadata"]["name"]
+    );
+    assert_eq!(
+        pod["terminationGracePeriodSeconds"],
+        their_pod["terminationGracePeriodSeconds"]
+    );
+    contains(&pod["securityContext"], &their_pod["securityContext"]);
+    let (container, their_container) = (&pod["containers"][0], &their_pod["containers"][0]);
+    for field in [
+        "args",
+        "env",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "resources",
+    ] {
+        assert_eq!(container[field], their_container[field], "{field}");
+    }
+    contains(
+        &container["securityContext"],
+        &their_container["securityContext"],
+    );
+    assert_eq!(
+        container["image"],
+        format!("ghcr.io/jumppod/jumppod:{}", env!("CARGO_PKG_VERSION")),
+        "the chart's default image is the binary's version"
+    );
+}
+
+/// Every field of `expected` is in `actual`, equal (objects compared field by field).
+fn contains(actual: &Value, expected: &Value) {
+    match expected {
+        Value::Object(fields) => {
+            for (key, value) in fields {
+                contains(&actual[key], value);
+            }
+        }
+        _ => assert_eq!(actual, expected),
+    }
+}
+
+/// The webhook's configurations are what `jumppod webhook-configuration --service` prints for
+/// the chart's Service and CA: rules, selectors, paths, failure policy, every field of both.
+#[rstest]
+#[case::by_default(&[], &[])]
+#[case::for_some_namespaces_only(
+    &["--set", "webhook.onlyNamespaces={dstack,dstack-staging}"],
+    &["--only-namespace", "dstack", "--only-namespace", "dstack-staging"]
+)]
+#[case::admitting_unchecked_when_the_call_fails(
+    &["--set", "webhook.failurePolicy=Ignore"],
+    &["--failure-policy", "Ignore"]
+)]
+#[case::behind_another_service_port(&["--set", "webhook.service.port=8443"], &[])]
+fn the_webhook_configurations_are_what_webhook_configuration_prints(
+    #[case] values: &[&str],
+    #[case] flags: &[&str],
+) {
+    let chart = template(&[&["--set", "webhook.enabled=true"], values].concat());
+    let secret = one(&chart, "Secret");
+    let ca = base64_decode(&secret["data"]["ca.crt"]);
+    let ca_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "chart-ca-{}.crt",
+        std::thread::current()
+            .name()
+            .unwrap_or("test")
+            .replace("::", "-")
+    ));
+    std::fs::write(&ca_file, ca).unwrap();
+    let service = one(&chart, "Service");
+    let target = format!(
+        "{NS}/{}:{}",
+        service["metadata"]["name"].as_str().unwrap(),
+        service["spec"]["ports"][0]["port"]
+    );
+    let printed = jumppod(
+        &[
+            &["webhook-configuration", "--service", &target, "--ca-bundle"],
+            &[ca_file.to_str().unwrap()][..],
+            flags,
+        ]
+        .concat(),
+    );
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        assert_eq!(
+            one(&chart, kind)["webhooks"],
+            one(&printed, kind)["webhooks"],
+            "{kind}"
+        );
+    }
+    serves_the_secret_behind_the_service(&chart, secret["metadata"]["name"].as_str().unwrap());
+}
+
+/// The webhook's pods mount that Secret, and its Service sends to them on their https port.
+fn serves_the_secret_behind_the_service(chart: &[Value], secret: &str) {
+    let webhook = deployment(chart, "webhook");
+    let pod = &webhook["spec"]["template"];
+    assert_eq!(pod["spec"]["volumes"][0]["secret"]["secretName"], secret);
+    let service = one(chart, "Service");
+    contains(&pod["metadata"]["labels"], &service["spec"]["selector"]);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "https");
+    assert_eq!(pod["spec"]["containers"][0]["ports"][0]["name"], "https");
+}
+
+fn base64_decode(value: &Value) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(value.as_str().expect("a base64 string"))
+        .unwrap()
+}
+
+/// The generated serving certificate is signed by the CA the configurations carry, for the
+/// names the API server uses to reach the Service (`<svc>.<ns>.svc`) and its long form, and
+/// its key is the certificate's, as the webhook loads them (rustls, as `jumppod webhook`).
+#[test]
+fn the_generated_certificate_serves_the_services_names() {
+    use rustls::client::danger::ServerCertVerifier as _;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+    use std::sync::Arc;
+    use tokio_rustls::rustls;
+
+    let chart = template(&["--set", "webhook.enabled=true"]);
+    let secret = one(&chart, "Secret");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let pem = |key: &str| base64_decode(&secret["data"][key]);
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(&pem("tls.crt"))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = PrivateKeyDer::from_pem_slice(&pem("tls.key")).expect("a PEM key rustls reads");
+    rustls::sign::CertifiedKey::from_der(chain.clone(), key, &provider)
+        .expect("the key is the certificate's");
+
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(&pem("ca.crt")) {
+        roots.add(ca.unwrap()).unwrap();
+    }
+    let webhook_ca = base64_decode(
+        &one(&chart, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["caBundle"],
+    );
+    assert_eq!(webhook_ca, pem("ca.crt"), "the caBundle is the Secret's CA");
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .unwrap();
+    let service = one(&chart, "Service")["metadata"]["name"].as_str().unwrap();
+    let verify = |name: &str| {
+        verifier.verify_server_cert(
+            &chain[0],
+            &chain[1..],
+            &ServerName::try_from(name.to_owned()).unwrap(),
+            &[],
+            UnixTime::now(),
+        )
+    };
+    for name in [
+        format!("{service}.{NS}.svc"),
+        format!("{service}.{NS}.svc.cluster.local"),
+    ] {
+        verify(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    verify(&format!("{service}.other.svc")).expect_err("a name it was not made for");
+}
+
+/// With cert-manager, the chart asks it for the certificate (a self-signed Issuer of its own,
+/// or the operator's) and lets its CA injector fill in the caBundle: the configurations are
+/// the binary's but for the caBundle.
+#[rstest]
+#[case::from_a_self_signed_issuer_of_its_own(&[], None)]
+#[case::from_the_operators_issuer(
+    &["--set", "webhook.certManager.issuerRef.kind=ClusterIssuer", "--set", "webhook.certManager.issuerRef.name=corp-ca"],
+    Some(json!({"kind": "ClusterIssuer", "name": "corp-ca"}))
+)]
+fn cert_manager_issues_the_certificate_and_injects_its_ca(
+    #[case] values: &[&str],
+    #[case] issuer: Option<Value>,
+) {
+    let chart = template(
+        &[
+            &[
+                "--set",
+                "webhook.enabled=true",
+                "--set",
+                "webhook.certManager.enabled=true",
+            ],
+            values,
+        ]
+        .concat(),
+    );
+    assert!(
+        of_kind(&chart, "Secret").is_empty(),
+        "cert-manager writes it"
+    );
+    let certificate = one(&chart, "Certificate");
+    let service = one(&chart, "Service")["metadata"]["name"].as_str().unwrap();
+    assert_eq!(
+        certificate["spec"]["dnsNames"],
+        json!([
+            format!("{service}.{NS}.svc"),
+            format!("{service}.{NS}.svc.cluster.local")
+        ])
+    );
+    match issuer {
+        Some(issuer) => {
+            assert!(of_kind(&chart, "Issuer").is_empty());
+            assert_eq!(certificate["spec"]["issuerRef"], issuer);
+        }
+        None => {
+            let own = one(&chart, "Issuer");
+            assert_eq!(own["spec"], json!({"selfSigned": {}}));
+            assert_eq!(
+                certificate["spec"]["issuerRef"],
+                json!({"kind": "Issuer", "name": own["metadata"]["name"]})
+            );
+        }
+    }
+    let injected_from = format!("{NS}/{}", certificate["metadata"]["name"].as_str().unwrap());
+    let ca_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls/ca.crt");
+    let printed = jumppod(&[
+        "webhook-configuration",
+        "--service",
+        &format!("{NS}/{service}"),
+        "--ca-bundle",
+        ca_file.to_str().unwrap(),
+    ]);
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let ours = one(&chart, kind);
+        assert_eq!(
+            ours["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            injected_from.as_str()
+        );
+        let mut theirs = one(&printed, kind)["webhooks"].clone();
+        theirs[0]["clientConfig"]
+            .as_object_mut()
+            .unwrap()
+            .remove("caBundle");
+        assert_eq!(ours["webhooks"], theirs, "{kind}");
+    }
+    serves_the_secret_behind_the_service(
+        &chart,
+        certificate["spec"]["secretName"].as_str().unwrap(),
+    );
+}
+
+/// An operator's own Secret: nothing generated, its CA in the configurations.
+#[test]
+fn an_existing_secret_is_served_with_the_ca_given() {
+    let ca =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls/ca.crt"))
+            .unwrap();
+    let chart = template(&[
+        "--set",
+        "webhook.enabled=true",
+        "--set",
+        "webhook.tls.existingSecret=corp-webhook-tls",
+        "--set",
+        &format!("webhook.tls.caBundle={ca}"),
+    ]);
+    assert!(of_kind(&chart, "Secret").is_empty());
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let bundle = &one(&chart, kind)["webhooks"][0]["clientConfig"]["caBundle"];
+        assert_eq!(text(&base64_decode(bundle)), ca, "{kind}");
+    }
+    serves_the_secret_behind_the_service(&chart, "corp-webhook-tls");
+}
+
+/// Every pod the chart runs is Guaranteed (each container's requests equal its limits, cpu and
+/// memory both set) and runs as the image's non-root user, read-only, without privilege
+/// escalation or capabilities, under seccomp's RuntimeDefault.
+#[rstest]
+#[case::with_the_defaults(&[])]
+#[case::with_other_sizes(&[
+    "--set", "controller.resources.cpu=1", "--set", "controller.resources.memory=1Gi",
+    "--set", "webhook.resources.cpu=250m", "--set", "webhook.resources.memory=256Mi",
+])]
+fn every_pod_is_guaranteed_and_locked_down(#[case] values: &[&str]) {
+    let chart = template(&[&["--set", "webhook.enabled=true"], values].concat());
+    let deployments = of_kind(&chart, "Deployment");
+    assert_eq!(deployments.len(), 2);
+    for deployment in deployments {
+        let name = &deployment["metadata"]["name"];
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["securityContext"],
+            json!({
+                "runAsNonRoot": true,
+                "runAsUser": 65532,
+                "runAsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }),
+            "{name}"
+        );
+        for container in pod["containers"].as_array().unwrap() {
+            let resources = &container["resources"];
+            assert_eq!(resources["requests"], resources["limits"], "{name}");
+            for resource in ["cpu", "memory"] {
+                assert!(
+                    resources["requests"][resource].is_string(),
+                    "{name}: {resource}"
+                );
+            }
+            assert_eq!(
+                container["securityContext"],
+                json!({
+                    "readOnlyRootFilesystem": true,
+                    "allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]},
+                }),
+                "{name}"
+            );
+        }
+    }
+}
+
+/// The webhook's resources leave room above the start-up peak the README measured (73 MiB
+/// while the module compiles): a limit below it would end every start in an OOM kill.
+#[test]
+fn the_webhooks_memory_is_above_its_start_up_peak() {
+    let chart = template(&["--set", "webhook.enabled=true"]);
+    let limit = &deployment(&chart, "webhook")["spec"]["template"]["spec"]["containers"][0]["resources"]
+        ["limits"]["memory"];
+    let mib: u64 = limit
+        .as_str()
+        .and_then(|m| m.strip_suffix("Mi"))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("{limit}: expected a value in Mi"));
+    assert!(mib >= 73 * 3 / 2, "{mib}Mi: under 1.5 x the 73 MiB peak");
+}
+
+/// `controller.config` becomes `jumppod run -f`'s file (a ConfigMap, mounted read-only, its
+/// checksum on the pods so a change rolls them), which the binary accepts; empty, there is no
+/// file at all.
+#[test]
+fn the_controllers_configuration_file_is_the_value_and_the_binary_accepts_it() {
+    let config = json!({
+        "cpu": "1",
+        "memory": "2Gi",
+        "image": "registry.example/sshd:1",
+        "node_selector": {"pool": "jump"},
+        "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 20}],
+        "gpu_tolerations": true,
+        "policy_settings": {},
+    });
+    let chart = template(&["--set-json", &format!("controller.config={config}")]);
+    let file = one(&chart, "ConfigMap")["data"]["config.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(documents(&file), vec![config]);
+    let pod = &deployment(&chart, "controller")["spec"]["template"];
+    assert!(pod["metadata"]["annotations"]["checksum/config"].is_string());
+    let container = &pod["spec"]["containers"][0];
+    let args: Vec<_> = container["args"].as_array().unwrap().iter().collect();
+    let at = args
+        .iter()
+        .position(|a| *a == "--config")
+        .expect("--config");
+    let path = Path::new(args[at + 1].as_str().unwrap());
+    assert_eq!(
+        container["volumeMounts"],
+        json!([{"name": "config", "mountPath": path.parent().unwrap(), "readOnly": true}])
+    );
+    assert_eq!(
+        pod["spec"]["volumes"],
+        json!([{"name": "config", "configMap": {"name": one(&chart, "ConfigMap")["metadata"]["name"]}}])
+    );
+    assert_eq!(path.file_name().unwrap(), "config.yaml");
+
+    // The binary checks the file before it connects: with no kubeconfig to read, an accepted
+    // file fails on the kubeconfig (exit 1), a refused one on its field (exit 2).
+    let written = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chart-controller-config.yaml");
+    std::fs::write(&written, &file).unwrap();
+    let out = run_jumppod(&[
+        "run",
+        "--namespace",
+        NS,
+        "--config",
+        written.to_str().unwrap(),
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot read the kubeconfig"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let plain = template(&[]);
+    assert!(of_kind(&plain, "ConfigMap").is_empty());
+    let container = &deployment(&plain, "controller")["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        !container["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--config"))
+    );
+    assert!(container["volumeMounts"].is_null());
+}
+
+/// `helm lint --strict` passes with the defaults and with every optional part on.
+#[rstest]
+#[case::with_the_defaults(&[])]
+#[case::watching_every_namespace(&["--set", "watchAllNamespaces=true"])]
+#[case::with_the_webhook(&["--set", "webhook.enabled=true"])]
+#[case::with_the_webhook_from_cert_manager(&["--set", "webhook.enabled=true", "--set", "webhook.certManager.enabled=true"])]
+#[case::with_a_configuration_file(&["--set", "controller.config.cpu=1"])]
+fn helm_lint_passes(#[case] values: &[&str]) {
+    let out = helm()
+        .args(["lint", "--strict"])
+        .arg(chart())
+        .args(values)
+        .output()
+        .expect("helm runs");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// A bad value is refused before anything is rendered, by values.schema.json or the
+/// templates, with an error naming the field.
+#[rstest]
+#[case::a_count_that_is_not_a_number(
+    &["--set-string", "controller.replicas=two"],
+    "at '/controller/replicas': got string, want integer"
+)]
+#[case::an_unknown_key(
+    &["--set", "controller.replicaz=2"],
+    "at '/controller': additional properties 'replicaz' not allowed"
+)]
+#[case::a_failure_policy_kubernetes_does_not_know(
+    &["--set", "webhook.failurePolicy=Maybe"],
+    "at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'"
+)]
+#[case::a_per_project_value_in_the_controllers_file(
+    &["--set", "controller.config.port=32000"],
+    "at '/controller/config': additional properties 'port' not allowed"
+)]
+#[case::a_memory_that_is_not_a_quantity(
+    &["--set", "webhook.resources.memory=lots"],
+    "at '/webhook/resources/memory'"
+)]
+#[case::a_namespace_the_webhook_never_judges(
+    &["--set", "webhook.enabled=true", "--set", "webhook.onlyNamespaces={dstack,kube-system}"],
+    "invalid webhook.onlyNamespaces \"kube-system\": is never sent to the webhook"
+)]
+#[case::its_own_namespace(
+    &["--set", "webhook.enabled=true", "--set", "webhook.onlyNamespaces={dstack-system}"],
+    "invalid webhook.onlyNamespaces \"dstack-system\""
+)]
+#[case::two_sources_of_the_certificate(
+    &["--set", "webhook.enabled=true", "--set", "webhook.certManager.enabled=true", "--set", "webhook.tls.existingSecret=mine"],
+    "webhook.certManager.enabled and webhook.tls.existingSecret: choose one"
+)]
+#[case::an_existing_secret_without_its_ca(
+    &["--set", "webhook.enabled=true", "--set", "webhook.tls.existingSecret=mine"],
+    "webhook.tls.caBundle is empty and the Secret dstack-system/mine (webhook.tls.existingSecret) has no ca.crt"
+)]
+fn a_bad_value_is_refused_naming_it(#[case] values: &[&str], #[case] error: &str) {
+    let refused = template_in(NS, values).expect_err("refused");
+    assert!(refused.contains(error), "{refused}");
+}
+
+/// The chart's rendered objects pass the real API server's server-side dry run (strict field
+/// validation), and an install keeps its generated CA across an upgrade and leaves nothing
+/// once uninstalled.
+#[cfg(feature = "real-cluster")]
+mod real_cluster {
+    use super::*;
+
+    fn admin_kubeconfig() -> PathBuf {
+        PathBuf::from(std::env::var_os("JUMPPOD_CLUSTER_DIR").expect(
+            "JUMPPOD_CLUSTER_DIR is not set: these tests run against the real control plane, \
+             inside `jumppod-controlplane run` (make unit)",
+        ))
+        .join("admin.kubeconfig")
+    }
+
+    fn kubectl(args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write as _;
+        use std::process::Stdio;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(admin_kubeconfig())
+            // kubectl waits for the API without a limit otherwise.
+            .args(["--request-timeout", "60s"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl (make kubectl installs it)");
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+
+    fn namespace(name: &str) {
+        let out = kubectl(&["create", "namespace", name], None);
+        assert!(
+            out.status.success() || text(&out.stderr).contains("AlreadyExists"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+
+    fn rendered(namespace: &str, args: &[&str]) -> String {
+        let out = helm()
+            .args(["template", "jumppod"])
+            .arg(chart())
+            .args(["--namespace", namespace])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    }
+
+    /// What `helm template` renders, applied with `kubectl apply --dry-run=server`: the API
+    /// server's defaulting, validation (strict: an unknown field fails) and admission, nothing
+    /// stored.
+    #[rstest]
+    #[case::with_the_defaults("chart-dry-default", &[])]
+    #[case::watching_every_namespace("chart-dry-all", &["--set", "watchAllNamespaces=true"])]
+    #[case::with_the_webhook("chart-dry-webhook", &["--set", "webhook.enabled=true"])]
+    #[case::with_a_configuration_file_and_every_option(
+        "chart-dry-options",
+        &["--set", "webhook.enabled=true", "--set", "watchAllNamespaces=true",
+          "--set", "controller.config.cpu=1", "--set", "webhook.onlyNamespaces={dstack}",
+          "--set", "imagePullSecrets[0].name=regcred",
+          "--set", "controller.priorityClassName=system-cluster-critical"]
+    )]
+    fn the_rendered_chart_passes_the_api_servers_dry_run(
+        #[case] ns: &str,
+        #[case] values: &[&str],
+    ) {
+        namespace(ns);
+        let yaml = rendered(ns, values);
+        let out = kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager",
+                "jumppod-chart-tests",
+                "--dry-run=server",
+                "--validate=strict",
+                "-f",
+                "-",
+            ],
+            Some(&yaml),
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+        let applied = stdout
+            .lines()
+            .filter(|l| l.ends_with("serverside-applied (server dry run)"))
+            .count();
+        assert_eq!(applied, documents(&yaml).len(), "{stdout}");
+    }
+
+    /// A release's objects, uninstalled when the test ends, passed or failed (nothing in
+    /// `drop` may panic: a panic while a failed test unwinds aborts the whole binary).
+    struct Release {
+        name: &'static str,
+        namespace: &'static str,
+        kubeconfig: PathBuf,
+    }
+
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let uninstall = ["uninstall", self.name, "--namespace", self.namespace];
+            if let Ok(out) = helm()
+                .args(uninstall)
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .output()
+            {
+                eprintln!("helm uninstall: {}{}", text(&out.stdout), text(&out.stderr));
+            }
+        }
+    }
+
+    fn install(verb: &str, release: &Release, values: &[&str]) {
+        let out = helm()
+            .args([verb, release.name])
+            .arg(chart())
+            .args(["--namespace", release.namespace, "--kubeconfig"])
+            .arg(&release.kubeconfig)
+            .args(values)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "helm {verb}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+
+    fn get(args: &[&str]) -> Result<Value, String> {
+        let out = kubectl(&[&["get", "-o", "json"], args].concat(), None);
+        if out.status.success() {
+            Ok(serde_json::from_slice(&out.stdout).unwrap())
+        } else {
+            Err(text(&out.stderr))
+        }
+    }
+
+    /// `helm install` generates the webhook's CA; `helm upgrade` to a changed value finds the
+    /// Secret (`lookup`) and keeps it, so neither the caBundle nor the served pair changes;
+    /// `helm uninstall` leaves no webhook configuration that would hold up pods, and no RBAC.
+    /// The webhook is scoped to a namespace nothing else uses: the other tests of this control
+    /// plane never meet it (its pods run on fake nodes and serve nothing).
+    #[test]
+    fn an_upgrade_keeps_the_webhooks_ca_and_an_uninstall_leaves_nothing() {
+        let release = Release {
+            name: "chart-life",
+            namespace: "chart-life",
+            kubeconfig: admin_kubeconfig(),
+        };
+        let values = [
+            "--create-namespace",
+            "--set",
+            "webhook.enabled=true",
+            "--set",
+            "watchAllNamespaces=true",
+            "--set",
+            "webhook.onlyNamespaces={chart-life-nobody}",
+        ];
+        install("install", &release, &values);
+        // The chart's full name: the release's, then the chart's.
+        let fullname = format!("{}-jumppod", release.name);
+        let configuration = format!("{fullname}-{}", release.namespace);
+        let secret = format!("{fullname}-webhook-tls");
+        let read = || {
+            let secret = get(&["secret", "-n", release.namespace, &secret]).unwrap();
+            let bundles: Vec<Value> = [
+                "mutatingwebhookconfiguration",
+                "validatingwebhookconfiguration",
+            ]
+            .iter()
+            .map(|kind| {
+                get(&[kind, &configuration]).unwrap()["webhooks"][0]["clientConfig"]["caBundle"]
+                    .clone()
+            })
+            .collect();
+            (secret["data"].clone(), bundles)
+        };
+        let (data, bundles) = read();
+        assert_eq!(
+            bundles,
+            vec![data["ca.crt"].clone(), data["ca.crt"].clone()]
+        );
+
+        install(
+            "upgrade",
+            &release,
+            &[&values[1..], &["--set", "controller.replicas=1"]].concat(),
+        );
+        let controller = format!("{fullname}-controller");
+        assert_eq!(
+            get(&["deployment", "-n", release.namespace, &controller]).unwrap()["spec"]["replicas"],
+            1,
+            "the upgrade took the changed value"
+        );
+        assert_eq!(
+            read(),
+            (data, bundles),
+            "the upgrade kept the Secret and the caBundle"
+        );
+
+        let out = helm()
+            .args([
+                "uninstall",
+                release.name,
+                "--namespace",
+                release.namespace,
+                "--kubeconfig",
+            ])
+            .arg(admin_kubeconfig())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        for object in [
+            vec!["mutatingwebhookconfiguration", configuration.as_str()],
+            vec!["validatingwebhookconfiguration", configuration.as_str()],
+            vec![
+                "clusterrole",
+                &format!("{controller}-{}", release.namespace),
+            ],
+            vec![
+                "clusterrolebinding",
+                &format!("{controller}-{}", release.namespace),
+            ],
+        ] {
+            let left = get(&object);
+            assert!(
+                left.as_ref().is_err_and(|e| e.contains("NotFound")),
+                "{object:?} left after the uninstall: {left:?}"
+            );
+        }
+        // Kinds helm deletes itself (the pods go with their ReplicaSets, by the garbage
+        // collector, later).
+        let left = get(&[
+            "deployment,service,secret,configmap,serviceaccount,role,rolebinding",
+            "-n",
+            release.namespace,
+            "-l",
+            "app.kubernetes.io/instance=chart-life",
+        ])
+        .unwrap();
+        assert_eq!(left["items"], json!([]), "left in the namespace");
+    }
+}
