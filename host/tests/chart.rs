@@ -609,6 +609,47 @@ fn the_controllers_configuration_file_is_the_value_and_the_binary_accepts_it() {
     assert!(container["volumeMounts"].is_null());
 }
 
+/// The chart's README has a row for every value of values.yaml (a row may cover an object, as
+/// `podSecurityContext`), and no row for a value that does not exist.
+#[test]
+fn the_charts_readme_lists_every_value() {
+    fn paths(value: &Value, prefix: &str, out: &mut Vec<String>) {
+        match value.as_object() {
+            Some(fields) if !fields.is_empty() => {
+                for (key, value) in fields {
+                    let path = format!("{prefix}{key}");
+                    out.push(path.clone());
+                    paths(value, &format!("{path}."), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let read = |file: &str| std::fs::read_to_string(chart().join(file)).unwrap();
+    let values = documents(&read("values.yaml")).remove(0);
+    let mut all = Vec::new();
+    paths(&values, "", &mut all);
+    let is_leaf = |path: &&String| !all.iter().any(|p| p.starts_with(&format!("{path}.")));
+    let readme = read("README.md");
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `")?.split('`').next())
+        .collect();
+    for row in &rows {
+        assert!(
+            all.iter().any(|p| p == row),
+            "README row {row}: no such value"
+        );
+    }
+    for leaf in all.iter().filter(is_leaf) {
+        let covered = rows
+            .iter()
+            .filter(|row| *leaf == **row || leaf.starts_with(&format!("{row}.")))
+            .count();
+        assert_eq!(covered, 1, "{leaf}: rows of the README's table");
+    }
+}
+
 /// `helm lint --strict` passes with the defaults and with every optional part on.
 #[rstest]
 #[case::with_the_defaults(&[])]
