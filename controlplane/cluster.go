@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,6 +37,8 @@ type upOptions struct {
 	// (realnode.go), from the images in realNodeImages.
 	realNodes      int
 	realNodeImages string
+	// extraImages: more OCI archives each real node imports.
+	extraImages []string
 	// pressureHeadroom > 0: the last real node evicts for memory once the
 	// machine's available memory falls this far below what it was when the
 	// node started (realnode.go pressureConfig).
@@ -160,28 +163,34 @@ func startCluster(ctx context.Context, opts upOptions) (*cluster, error) {
 		users[id.name] = path
 	}
 
-	apiserver, err := c.startChild("kube-apiserver", []string{
-		"--etcd-servers=" + etcdURL,
+	// Without real nodes no pod runs, and the Endpoints of `kubernetes` could
+	// only name loopback, which their validation refuses. With real nodes
+	// pods reach the API server at the bridge's gateway (incluster.go).
+	advertise := []string{"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"}
+	if opts.realNodes > 0 {
+		// Logs and exec reach a real kubelet at its InternalIP: the node
+		// names are in no DNS.
+		advertise = []string{"--advertise-address=" + realGateway, "--kubelet-preferred-address-types=InternalIP,Hostname"}
+	}
+	apiserver, err := c.startChild("kube-apiserver", append(advertise,
+		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(apiPort),
-		"--tls-cert-file=" + pki.servingCert,
-		"--tls-private-key-file=" + pki.servingKey,
-		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
+		"--secure-port="+strconv.Itoa(apiPort),
+		"--tls-cert-file="+pki.servingCert,
+		"--tls-private-key-file="+pki.servingKey,
+		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + pki.saPublic,
-		"--service-account-signing-key-file=" + pki.saPrivate,
-		"--service-cluster-ip-range=10.96.0.0/16",
-		// Endpoints validation refuses loopback addresses, which is all we have.
-		"--endpoint-reconciler-type=none",
-		"--audit-policy-file=" + filepath.Join(dir, "audit-policy.yaml"),
-		"--audit-log-path=" + c.auditLog,
+		"--service-account-key-file="+pki.saPublic,
+		"--service-account-signing-key-file="+pki.saPrivate,
+		"--service-cluster-ip-range="+serviceRange,
+		"--audit-policy-file="+filepath.Join(dir, "audit-policy.yaml"),
+		"--audit-log-path="+c.auditLog,
 		"--audit-log-format=json",
 		"--audit-log-mode=blocking",
 		"--allow-privileged=true",
 		"--profiling=false",
-	})
+	))
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +322,10 @@ func writeCredentials(dir string) (*pkiFiles, []identity, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	serving, err := ca.issueServing("kube-apiserver")
+	// The `kubernetes` Service's address and names too, for pods on real
+	// nodes: in-cluster config dials 10.96.0.1, the service range's first.
+	serving, err := ca.issueServing("kube-apiserver", []net.IP{net.ParseIP("10.96.0.1")},
+		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -325,7 +337,7 @@ func writeCredentials(dir string) (*pkiFiles, []identity, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	webhook, err := webhookCA.issueServing("jumppod-webhook")
+	webhook, err := webhookCA.issueServing("jumppod-webhook", nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}

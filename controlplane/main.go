@@ -36,7 +36,7 @@ const usage = `usage: jumppod-controlplane COMMAND [FLAGS]
 
 commands:
   up --dir DIR [--nodes 3] [--node-cpu 4] [--node-memory 8Gi] [--start-timeout 180s] [--exit-on-stdin-close]
-     [--real-nodes 0] [--real-node-images DIR]
+     [--real-nodes 0] [--real-node-images DIR] [--real-node-image ARCHIVE]... [--pressure-headroom Q]
       start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and fake nodes on
       127.0.0.1, and real nodes (kubelet + containerd, kube-proxy) when asked; print
       "ready <DIR/admin.kubeconfig>" once ready; stop on SIGINT/SIGTERM
@@ -49,8 +49,11 @@ commands:
   node-ready --dir DIR NODE       ... and it comes back (a real node boots from its state)
   kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kube-proxy [FLAGS]
       the upstream commands (what up starts, one process each)
-  oci-archive --rootfs DIR --ref REF --out FILE [--entrypoint WORD]...
-      pack a root filesystem into an OCI image archive (images/build.sh uses it)
+  oci-archive --rootfs DIR --ref REF --out FILE [--entrypoint WORD]... [--env K=V]...
+              [--label K=V]... [--user UID[:GID]] [--owner UID:GID] [--epoch SECONDS]
+              [--gzip] [--digest-file FILE]
+      pack a root filesystem into an OCI image archive, the same bytes for the same files
+      (images/build.sh for the real nodes, image/build.sh for jumppod's own image)
 `
 
 func main() {
@@ -104,6 +107,7 @@ func upFlags(name string) (*flag.FlagSet, *upOptions) {
 	fs.DurationVar(&o.startTimeout, "start-timeout", 180*time.Second, "how long every component together may take to become ready")
 	fs.IntVar(&o.realNodes, "real-nodes", 0, "number of real nodes (kubelet, containerd, one kube-proxy), tainted "+realNodeTaint+"=true:NoSchedule")
 	fs.StringVar(&o.realNodeImages, "real-node-images", defaultImagesDir(), "directory of pause.oci.tar and sshd.oci.tar (images/build.sh)")
+	fs.Var((*stringList)(&o.extraImages), "real-node-image", "another OCI archive every real node imports, e.g. jumppod's own (make image; repeatable)")
 	fs.Func("pressure-headroom", "a quantity (e.g. 2Gi): the last real node gets a soft memory eviction threshold this far below the memory available when it starts, and the taint "+pressureTaint+"=true:NoSchedule; for a test that presses it by allocating more than that", func(v string) error {
 		q, err := resource.ParseQuantity(v)
 		if err != nil {

@@ -51,9 +51,10 @@ type servingPair struct {
 	key  []byte
 }
 
-// issueServing signs a serving certificate for 127.0.0.1 and localhost: Go
-// clients (the apiserver calling a webhook, kubectl) check SANs and ignore CN.
-func (a *authority) issueServing(commonName string) (*servingPair, error) {
+// issueServing signs a serving certificate for 127.0.0.1, localhost and the
+// given names: Go clients (the apiserver calling a webhook, kubectl) check
+// SANs and ignore CN.
+func (a *authority) issueServing(commonName string, ips []net.IP, names []string) (*servingPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -61,8 +62,8 @@ func (a *authority) issueServing(commonName string) (*servingPair, error) {
 	tmpl := certificateTemplate(commonName)
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	tmpl.DNSNames = []string{"localhost"}
+	tmpl.IPAddresses = append([]net.IP{net.ParseIP("127.0.0.1")}, ips...)
+	tmpl.DNSNames = append([]string{"localhost"}, names...)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
 	if err != nil {
 		return nil, err

@@ -146,6 +146,8 @@ type realNodes struct {
 	// headroom is up's --pressure-headroom; pressure what it set up.
 	headroom int64
 	pressure *pressureInfo
+	// apiForward carries pods' connections to the API server (incluster.go).
+	apiForward net.Listener
 }
 
 // realNodeTools are what the real nodes need from Debian (make real-node-deps).
@@ -170,7 +172,7 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 			return fmt.Errorf("real nodes: %s is missing (make real-node-deps installs Debian's containerd, runc, containernetworking-plugins, iptables, conntrack): %w", tool, err)
 		}
 	}
-	images := []string{filepath.Join(r.imagesDir, "pause.oci.tar"), filepath.Join(r.imagesDir, "sshd.oci.tar")}
+	images := append([]string{filepath.Join(r.imagesDir, "pause.oci.tar"), filepath.Join(r.imagesDir, "sshd.oci.tar")}, opts.extraImages...)
 	for _, image := range images {
 		if _, err := os.Stat(image); err != nil {
 			return fmt.Errorf("real nodes: image archive missing (make real-node-images builds it): %w", err)
@@ -210,6 +212,9 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 		return fmt.Errorf("real nodes: network: %w", err)
 	}
 	progress(start, "bridge %s (%s) ready", realBridge, realSubnet)
+	if err := r.forwardAPIServer(c.server); err != nil {
+		return fmt.Errorf("real nodes: %w", err)
+	}
 
 	ports, err := freePorts(2*opts.realNodes + 2)
 	if err != nil {
@@ -750,6 +755,9 @@ func (r *realNodes) stop() {
 			}()
 		}
 	}
+	if r.apiForward != nil {
+		_ = r.apiForward.Close()
+	}
 	stop(r.proxy)
 	for _, node := range r.nodes {
 		stop(node.kubelet)
@@ -1006,10 +1014,11 @@ func (c *cluster) watch(ch *child) {
 
 // controllersFor adds, for real nodes, the controllers a real kubelet and
 // kube-proxy depend on: pods with a service-account token volume wait for
-// the kube-root-ca.crt ConfigMap, and kube-proxy reads EndpointSlices.
+// the kube-root-ca.crt ConfigMap, and kube-proxy reads EndpointSlices; and
+// the Deployments of jumppod's chart, installed on real nodes.
 func controllersFor(opts upOptions) []string {
 	if opts.realNodes == 0 {
 		return controllers
 	}
-	return append(append([]string{}, controllers...), "root-ca-certificate-publisher-controller", "endpointslice-controller")
+	return append(append([]string{}, controllers...), "root-ca-certificate-publisher-controller", "endpointslice-controller", "deployment-controller")
 }
