@@ -11,17 +11,16 @@
 //! at 1000 projects. Not criterion: one sample per count is the measure (a controller's memory
 //! does not vary between runs the way a hot loop's time does).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
-use common::cluster::{admin, admin_kubeconfig, cluster_dir, evict, namespace, typed, wait_for};
-use common::config_for;
-use common::run::{Controller, SMALL, gone, metric, switched_port, upgrading_project};
 use criterion::{Criterion, SamplingMode};
 use futures::StreamExt;
 use jumppod::schema;
 use jumppod_host::api::Kube;
 use jumppod_plan::manifest;
+use jumppod_testkit::cluster::{
+    admin, admin_kubeconfig, cluster_dir, evict, namespace, typed, wait_for,
+};
+use jumppod_testkit::config_for;
+use jumppod_testkit::run::{Controller, SMALL, gone, metric, switched_port, upgrading_project};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;

@@ -1,15 +1,13 @@
 //! The real `jumppod` binary through a kubeconfig: commands, output formats and exit codes as
-//! users see them. The cases that need a cluster run from common/both.rs, here against the
-//! simulator and in real_cluster.rs against the real control plane.
+//! users see them. The cases that need a cluster run from host/testkit/src/both.rs, here
+//! against the simulator and in real_cluster.rs against the real control plane.
 
-mod common;
-
-use common::both::{Cluster, json_of, jumppod, text};
+use jumppod_testkit::both::{Cluster, json_of, jumppod, text};
 
 use base64::Engine as _;
 use serde_json::Value;
 
-cli_scenarios!(sim);
+jumppod_testkit::cli_scenarios!(sim);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn help_documents_the_commands_and_exit_codes() {
@@ -348,7 +346,7 @@ async fn a_bad_flag_value_exits_2_naming_the_flag_and_the_value(
         "-p",
         "main",
         "--ssh-public-key",
-        common::KEY,
+        jumppod_testkit::KEY,
     ];
     args.extend(flag);
     let out = jumppod(&args).await;
@@ -506,7 +504,7 @@ async fn the_binary_without_wasm_judges_with_the_native_policy() {
             "-p",
             project,
             "--ssh-public-key",
-            common::KEY,
+            jumppod_testkit::KEY,
             "--hostname",
             "203.0.113.10",
         ])

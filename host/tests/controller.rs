@@ -10,17 +10,17 @@
 //! its log, its metrics, or by the objects it wrote) that it did it: the log holds each request
 //! from when it was received, so everything answered by then is in it.
 
-mod common;
-
-use common::cluster::{admin, admin_kubeconfig, audit, cluster_dir, evict, namespace, wait_for};
-use common::config_for;
-use common::run::{
-    Controller, SMALL, gone, metric, service_switched, switched_port, upgrading_project,
-};
 use jumppod::schema;
 use jumppod_e2e::audit::Audit;
 use jumppod_host::api::Kube;
 use jumppod_host::rbac;
+use jumppod_testkit::cluster::{
+    admin, admin_kubeconfig, audit, cluster_dir, evict, namespace, wait_for,
+};
+use jumppod_testkit::config_for;
+use jumppod_testkit::run::{
+    Controller, SMALL, gone, metric, service_switched, switched_port, upgrading_project,
+};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::events::v1::Event;

@@ -1,16 +1,14 @@
 //! Scenario 10, RBAC: the host works with exactly the rules `jumppod rbac` prints; removing
 //! any one verb fails with an error naming the verb and resource. The scenarios are in
-//! common/both/rbac.rs, run here against the simulator with RBAC enforced and in
+//! host/testkit/src/both/rbac.rs, run here against the simulator with RBAC enforced and in
 //! `real_cluster.rs` against the real control plane.
 
-mod common;
-
-use common::NS;
-use common::both::{Cluster, rbac as scenario};
 use jumppod_host::rbac;
+use jumppod_testkit::NS;
+use jumppod_testkit::both::{Cluster, rbac as scenario};
 use serde_json::Value;
 
-rbac_scenarios!(sim);
+jumppod_testkit::rbac_scenarios!(sim);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_rules_are_enough() {
@@ -32,7 +30,7 @@ async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
     );
 }
 
-/// `namespaces create` for a namespace that does not exist (common/both/rbac.rs).
+/// `namespaces create` for a namespace that does not exist (host/testkit/src/both/rbac.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
     for with_create in [false, true] {

@@ -9,34 +9,32 @@
 //! real API server and controllers do (the uid-precondition wording, name lengths, the
 //! scheduler's message, adoption by the real ReplicaSet controller, RBAC).
 
-mod common;
-
-use common::both::{Cluster, rbac, upgrade};
-use common::cluster::{
-    CleanUp, Sidecar, Webhook, admin, admin_kubeconfig, namespace, typed, wait_for,
-    webhook_configuration_name,
-};
-use common::{Release, config_for};
 use jumppod::schema;
 use jumppod_host::api::Kube;
 use jumppod_host::{EnsureReport, Gate, HostError, resolve};
 use jumppod_plan::action::Finding;
 use jumppod_plan::config::{Config, RawConfig};
 use jumppod_plan::manifest::Desired;
+use jumppod_testkit::both::{Cluster, rbac, upgrade};
+use jumppod_testkit::cluster::{
+    CleanUp, Sidecar, Webhook, admin, admin_kubeconfig, namespace, typed, wait_for,
+    webhook_configuration_name,
+};
+use jumppod_testkit::{Release, config_for};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use common::{KEY, NAME};
+use jumppod_testkit::{KEY, NAME};
 
-cli_scenarios!(real);
-ensure_scenarios!(real);
-keys_scenarios!(real);
-placement_scenarios!(real);
-rbac_scenarios!(real);
-upgrade_scenarios!(real);
+jumppod_testkit::cli_scenarios!(real);
+jumppod_testkit::ensure_scenarios!(real);
+jumppod_testkit::keys_scenarios!(real);
+jumppod_testkit::placement_scenarios!(real);
+jumppod_testkit::rbac_scenarios!(real);
+jumppod_testkit::upgrade_scenarios!(real);
 
 async fn ensure(kube: &Kube, config: &Config) -> Result<EnsureReport, HostError> {
     jumppod_host::ensure(kube, config, &Gate::native()).await
@@ -49,7 +47,7 @@ async fn resolves(kube: &Kube, config: &Config) -> resolve::ResolveReport {
     .await
 }
 
-/// Scenario 3 (common/both/upgrade.rs), with the real ReplicaSet controller taking over.
+/// Scenario 3 (host/testkit/src/both/upgrade.rs), with the real ReplicaSet controller taking over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over() {
     let evicted = async {
@@ -71,9 +69,9 @@ async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over() {
     tokio::join!(evicted, succeeded);
 }
 
-/// Scenario 10 (common/both/rbac.rs): the printed RBAC rules less any one verb, each in a namespace
-/// of its own, one after another (the cluster-wide rules of one case must not grant the next):
-/// the flow fails naming the verb. `list nodes` is never used here: every fake node has an
+/// Scenario 10 (host/testkit/src/both/rbac.rs): the printed RBAC rules less any one verb, each
+/// in a namespace of its own, one after another (the cluster-wide rules of one case must not
+/// grant the next): the flow fails naming the verb. `list nodes` is never used here: every fake node has an
 /// ExternalIP, so `resolve` without `hostname` reads the pod's node only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
@@ -113,8 +111,8 @@ async fn the_longest_project_name_is_accepted_and_one_more_character_is_a_config
     assert!(past.problem.contains("at most 63"), "{past}");
 }
 
-/// Scenario 10 (common/both/rbac.rs): the printed RBAC rules, bound to a plain user of the control
-/// plane, are enough for the whole flow and `status`.
+/// Scenario 10 (host/testkit/src/both/rbac.rs): the printed RBAC rules, bound to a plain user
+/// of the control plane, are enough for the whole flow and `status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_rbac_rules_are_enough() {
     let cluster = Cluster::real("rc-rbac").await;
@@ -511,8 +509,8 @@ async fn under_ignore_a_policy_past_its_deadline_still_refuses_a_jump_pod() {
     );
 }
 
-/// 10, `namespaces create` for a namespace that does not exist (common/both/rbac.rs), each case as
-/// a user of its own.
+/// 10, `namespaces create` for a namespace that does not exist (host/testkit/src/both/rbac.rs),
+/// each case as a user of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
     for with_create in [false, true] {
@@ -525,9 +523,10 @@ async fn namespaces_create_is_needed_for_a_namespace_that_does_not_exist() {
     }
 }
 
-/// 9 (common/both/upgrade.rs): an older dstack server runs jobs after the upgrade. The API server sends
-/// its pod to the policy (`jumppod webhook`, registered for the test's namespace), which
-/// mutates it; the real ReplicaSet controller adopts it and deletes it as surplus.
+/// 9 (host/testkit/src/both/upgrade.rs): an older dstack server runs jobs after the upgrade.
+/// The API server sends its pod to the policy (`jumppod webhook`, registered for the test's
+/// namespace), which mutates it; the real ReplicaSet controller adopts it and deletes it as
+/// surplus.
 #[rstest::rstest]
 #[case::pre_3891_without_a_port("rc-fight-pre", Release::Pre3891, None)]
 #[case::pre_3891_with_a_port("rc-fight-pre-port", Release::Pre3891, Some(30028))]

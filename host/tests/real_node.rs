@@ -11,15 +11,13 @@
 //! `make real-node-scenarios` runs this file inside a control plane with real nodes (feature
 //! `real-node`); it needs root, as the real nodes do.
 
-mod common;
-
-use common::cluster::{
-    CleanUp, admin, cluster_dir, namespace, policy_webhook_for, typed, wait_for_up_to,
-};
 use futures::StreamExt;
 use jumppod_host::api::Kube;
 use jumppod_host::{Gate, resolve};
 use jumppod_plan::config::{Config, RawConfig};
+use jumppod_testkit::cluster::{
+    CleanUp, admin, cluster_dir, namespace, policy_webhook_for, typed, wait_for_up_to,
+};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
@@ -962,7 +960,7 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
         .await
         .expect("the pre-#3891 pod (no webhook in this namespace)");
     const PORT: i32 = 30222;
-    common::cluster::old_service_of(kube, ns, "main", PORT).await;
+    jumppod_testkit::cluster::old_service_of(kube, ns, "main", PORT).await;
     let workload = sleeper(
         "workload",
         [("app".to_owned(), "workload".to_owned())].into(),
@@ -1026,8 +1024,8 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
         format!("image: {}\n{}", nodes.sshd_image, placement.yaml()),
     )
     .unwrap();
-    let controller = common::run::Controller::start(
-        &common::cluster::admin_kubeconfig(),
+    let controller = jumppod_testkit::run::Controller::start(
+        &jumppod_testkit::cluster::admin_kubeconfig(),
         &[
             "run",
             "-v",
@@ -1073,7 +1071,7 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
         .unwrap();
     // A watch client: its read timeout outlasts a quiet watch (the admin client's is 10 s).
     let (watcher, _) = jumppod_host::api::client(&jumppod_host::api::ClientOptions {
-        kubeconfig: Some(common::cluster::admin_kubeconfig()),
+        kubeconfig: Some(jumppod_testkit::cluster::admin_kubeconfig()),
         watch: true,
         ..Default::default()
     })
@@ -1160,7 +1158,7 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
 
     // The controller recreated the pre-#3891 Service on the same NodePort: SSH through it now
     // lands in the Guaranteed pod.
-    let port = common::run::service_switched(kube, ns, "main").await;
+    let port = jumppod_testkit::run::service_switched(kube, ns, "main").await;
     assert_eq!(port, PORT, "controller log:\n{}", controller.log());
     let (reached_pod, reached_port) = reached(kube, &config, key, None).await;
     assert_eq!(
@@ -1183,7 +1181,7 @@ const KEY_PROPAGATION: Duration = Duration::from_secs(180);
 fn jumppod(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
         .arg("--kubeconfig")
-        .arg(common::cluster::admin_kubeconfig())
+        .arg(jumppod_testkit::cluster::admin_kubeconfig())
         .args(args)
         .output()
         .expect("the jumppod binary");

@@ -1,19 +1,17 @@
 //! The scenarios of issue 4, end to end: the host library over real HTTP, through the real kube
 //! client, against the simulated API with the jumppod policy as its admission webhook.
 
-mod common;
-
-use common::both::{Cluster, upgrade};
-use common::*;
 use jumppod_host::resolve;
 use jumppod_sim::{Fault, NodeSpec, SimConfig};
+use jumppod_testkit::both::{Cluster, upgrade};
+use jumppod_testkit::*;
 use rstest::rstest;
 use serde_json::json;
 use std::time::Duration;
 
-ensure_scenarios!(sim);
-placement_scenarios!(sim);
-upgrade_scenarios!(sim);
+jumppod_testkit::ensure_scenarios!(sim);
+jumppod_testkit::placement_scenarios!(sim);
+jumppod_testkit::upgrade_scenarios!(sim);
 
 /// Without `hostname`, the proxy is the ExternalIP of the pod's node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,7 +35,7 @@ async fn without_a_hostname_the_proxy_is_the_external_ip_of_the_pods_node() {
     assert_eq!(json!(report.proxy.hostname), external);
 }
 
-/// 3. A finished bare pod (Evicted, or Succeeded) is deleted (common/both/upgrade.rs).
+/// 3. A finished bare pod (Evicted, or Succeeded) is deleted (host/testkit/src/both/upgrade.rs).
 #[rstest]
 #[case::evicted("Failed")]
 #[case::succeeded("Succeeded")]
@@ -47,7 +45,8 @@ async fn a_finished_bare_pod_is_deleted_and_the_replicasets_pod_takes_over(#[cas
 }
 
 /// 9. An older dstack server in the loop: each job recreates the Service and fails; the
-/// policy's mutation lets the ReplicaSet delete its pod as surplus (common/both/upgrade.rs).
+/// policy's mutation lets the ReplicaSet delete its pod as surplus
+/// (host/testkit/src/both/upgrade.rs).
 #[rstest]
 #[case::pre_3891_without_a_port(Release::Pre3891, None)]
 #[case::pre_3891_with_a_port(Release::Pre3891, Some(30028))]

@@ -2,8 +2,8 @@
 //! log, read in process.
 
 use super::Backend;
-use crate::common::both::SA_USER;
-use crate::common::{NS, cluster_wide_objects, kube_as, namespace, seed_bare_pod, seed_service};
+use crate::both::SA_USER;
+use crate::{NS, cluster_wide_objects, kube_as, namespace, seed_bare_pod, seed_service};
 use futures::future::BoxFuture;
 use jumppod_host::api::Kube;
 use jumppod_host::rbac::Rule;

@@ -8,9 +8,8 @@
 //! disagree, Kubernetes is right.
 
 use super::*;
-#[cfg(feature = "real-cluster")]
-use crate::common::backend::RealBackend;
-use crate::common::backend::{Backend, SimBackend};
+use crate::backend::RealBackend;
+use crate::backend::{Backend, SimBackend};
 use jumppod_host::rbac::{RULES, Rule};
 use jumppod_host::resolve;
 use jumppod_plan::action::Finding;
@@ -68,8 +67,8 @@ macro_rules! both_tests {
         $(#[doc = $doc])*
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
-            let cluster = $crate::common::both::Cluster::$new($($arg),*).await;
-            $crate::common::both::$subject::$body(&cluster).await;
+            let cluster = $crate::both::Cluster::$new($($arg),*).await;
+            $crate::both::$subject::$body(&cluster).await;
         }
     };
     (@real $subject:ident::$body:ident
@@ -78,8 +77,8 @@ macro_rules! both_tests {
         $(#[doc = $doc])*
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
-            let cluster = $crate::common::both::Cluster::$new($($arg),*).await;
-            $crate::common::both::$subject::$body(&cluster).await;
+            let cluster = $crate::both::Cluster::$new($($arg),*).await;
+            $crate::both::$subject::$body(&cluster).await;
         }
     };
 }
@@ -141,14 +140,12 @@ impl Cluster {
 
     /// The real control plane, in namespace `ns` (created by the scenario, or by `ensure`),
     /// without the policy's webhook.
-    #[cfg(feature = "real-cluster")]
     pub async fn real(ns: impl Into<String>) -> Cluster {
         Cluster::on(RealBackend::new(ns.into()).await, false)
     }
 
     /// The real control plane with the policy as its admission webhook for namespace `ns`,
     /// which it creates: the real binary `jumppod webhook`, which the API server calls.
-    #[cfg(feature = "real-cluster")]
     pub async fn real_with_the_policy(ns: impl Into<String>) -> Cluster {
         let backend = RealBackend::new(ns.into()).await.with_the_policy().await;
         Cluster::on(backend, true)
@@ -400,7 +397,7 @@ impl Cluster {
 
 /// The `jumppod` binary with `args`, RUST_LOG unset.
 pub async fn jumppod(args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+    tokio::process::Command::new(crate::jumppod_bin())
         .args(args)
         .env_remove("RUST_LOG")
         .output()

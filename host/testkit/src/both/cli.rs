@@ -156,7 +156,7 @@ pub async fn keys_are_added_listed_and_removed_through_the_binary(cluster: &Clus
     assert!(stdout.contains(&added), "{}", text(&out));
     assert!(stdout.contains("about 70 seconds"), "{}", text(&out));
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+    let mut child = tokio::process::Command::new(crate::jumppod_bin())
         .args(with(&["keys", "add", "-"]))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -1,10 +1,9 @@
-//! Shared by the scenario tests: a simulated cluster with the jumppod policy as its admission
+//! What the host's test and bench binaries share (`host/tests/*.rs`, `host/benches/controller.rs`,
+//! each with its own part of it): a simulated cluster with the jumppod policy as its admission
 //! webhook (the policy's code natively: the tests of `tests/` prove the module answers the
-//! same), a host client over real HTTP, and seeds of what older dstack releases left.
-// Still blanket (issue 23, item 5, left): each of the eight test and bench binaries that include it compiles all
-// of `common` and uses a part of it; lifting this needs `common` split into the modules each
-// binary declares for itself.
-#![allow(dead_code)]
+//! same), a host client over real HTTP, seeds of what older dstack releases left, the real
+//! control plane ([`cluster`]), the scenarios that run on both ([`both`]) and `jumppod run` as a
+//! process ([`run`]). A library, so that what one binary leaves unused is not dead code.
 
 use jumppod::schema;
 use jumppod_e2e::PolicyAdmission;
@@ -15,15 +14,13 @@ use jumppod_plan::config::{Config, RawConfig};
 use jumppod_review::Native;
 use jumppod_sim::{RequestRecord, Sim, SimConfig};
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod backend;
 pub mod both;
-#[cfg(feature = "real-cluster")]
 pub mod cluster;
-#[cfg(feature = "real-cluster")]
 pub mod run;
 
 pub const NS: &str = "dstack";
@@ -31,6 +28,27 @@ pub const NAME: &str = "dstack-main-ssh-jump-pod";
 pub const SVC: &str = "dstack-main-ssh-jump-pod-service";
 pub const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGp1bXBwb2QgdGVzdCBrZXk6IHByb2plY3QgbWFpbi4u main@dstack";
+
+/// The `jumppod` binary Cargo built beside the test or benchmark that runs it. Cargo names it in
+/// `CARGO_BIN_EXE_jumppod` when it runs one (since 1.94; at build time only, which a library
+/// does not share, before); otherwise it is in the directory above the runner's own (`deps/`).
+pub fn jumppod_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("CARGO_BIN_EXE_jumppod") {
+        return path.into();
+    }
+    let runner = std::env::current_exe().expect("the path of the running test binary");
+    let path = runner
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("jumppod"))
+        .unwrap_or_default();
+    assert!(
+        path.is_file(),
+        "CARGO_BIN_EXE_jumppod is not set and the jumppod binary is not at {path:?}: run the \
+         tests through `cargo test` (it builds the binary), or set CARGO_BIN_EXE_jumppod"
+    );
+    path
+}
 
 /// Users' keys (ed25519 public keys; their key data is only ever parsed, never used to log in).
 pub const ALICE: &str =

@@ -1,6 +1,6 @@
 //! What a shared scenario ([`super::both::Cluster`]) needs done its own way on each backend:
 //! one implementation for the simulator (`sim.rs`) and one for the real control plane
-//! (`real.rs`, feature `real-cluster`). Everything the two do alike is in `Cluster`.
+//! (`real.rs`). Everything the two do alike is in `Cluster`.
 
 use futures::future::BoxFuture;
 use jumppod_host::api::Kube;
@@ -9,11 +9,9 @@ use jumppod_sim::{NodeSpec, Sim};
 use serde_json::Value;
 use std::path::PathBuf;
 
-#[cfg(feature = "real-cluster")]
 mod real;
 mod sim;
 
-#[cfg(feature = "real-cluster")]
 pub use real::RealBackend;
 pub use sim::SimBackend;
 

@@ -48,7 +48,7 @@ impl Controller {
             Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
             None => Stdio::null(),
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_jumppod"))
+        let mut child = Command::new(crate::jumppod_bin())
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(args)

@@ -3,7 +3,7 @@
 //! the audit log counts; when dropped, it removes what the scenario left there, panic or not.
 
 use super::Backend;
-use crate::common::{NAME, SVC, cluster, kube_as};
+use crate::{NAME, SVC, cluster, kube_as};
 use futures::future::BoxFuture;
 use jumppod_host::api::Kube;
 use jumppod_host::rbac::Rule;

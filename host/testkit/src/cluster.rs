@@ -673,7 +673,7 @@ impl Webhook {
 
     pub fn start() -> Webhook {
         let module = std::env::var("JUMPPOD_POLICY_WASM")
-            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../policy.wasm").into());
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../policy.wasm").into());
         Webhook::start_with(&module)
     }
 
@@ -685,7 +685,7 @@ impl Webhook {
             .arg("-c")
             // `sh` lets go of the pipe at once, so a webhook that exits early closes it.
             .arg(r#""$0" "$@" & exec >/dev/null; read -r _line; kill "$!"; wait "$!""#)
-            .arg(env!("CARGO_BIN_EXE_jumppod"))
+            .arg(crate::jumppod_bin())
             .args(["webhook", "--listen", "127.0.0.1:0", "--policy", module])
             .arg("--tls-cert")
             .arg(dir.join("tls.crt"))
@@ -765,7 +765,7 @@ impl Webhook {
     /// What `jumppod webhook-configuration -o json` prints to register this webhook for `ns`:
     /// a List of its MutatingWebhookConfiguration and its ValidatingWebhookConfiguration.
     pub fn configurations(&self, failure_policy: &str, ns: &str) -> [Value; 2] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_jumppod"))
+        let out = std::process::Command::new(crate::jumppod_bin())
             .args([
                 "webhook-configuration",
                 "-o",
