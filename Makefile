@@ -193,6 +193,7 @@ real-node-images: real-node-deps $(CONTROLPLANE)
 ## remapped so that a clone elsewhere builds the same bytes. IMAGE_REF names it.
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE_REF ?= ghcr.io/jumppod/jumppod:$(VERSION)
+export JUMPPOD_IMAGE_REF := $(IMAGE_REF)
 IMAGE_DIR := $(TARGET_DIR)/oci
 IMAGE_BIN := $(TARGET_DIR)/image/jumppod
 image: policy $(CONTROLPLANE)
@@ -223,10 +224,13 @@ real-node-check: real-node-deps real-node-images
 ## plane of its own with 2 real nodes, the second evicting for memory 2 GiB below what is
 ## free when it starts. The tests are built before it starts: a build's memory would press it.
 ## The workspace's features, as `unit`'s (plus real-node): the dependencies are not built again.
-REAL_NODE_TEST := $(CARGO) test --workspace --features jumppod-host/real-node,jumppod-e2e/real-cluster --test real_node
-real-node-scenarios: policy real-node-deps real-node-images sshd $(CONTROLPLANE)
+## Then the chart on the same nodes (host/tests/in_cluster.rs): `make image`'s image, imported
+## into each node, installed by helm as operators install it.
+REAL_NODE_TEST := $(CARGO) test --workspace --features jumppod-host/real-node,jumppod-e2e/real-cluster --test real_node --test in_cluster
+real-node-scenarios: policy real-node-deps real-node-images sshd image $(HELM) $(CONTROLPLANE)
 	$(REAL_NODE_TEST) --no-run
 	nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --real-node-images $(REAL_NODE_IMAGES) \
+	  --real-node-image $(IMAGE_DIR)/jumppod.oci.tar \
 	  --dir $(TARGET_DIR)/controlplane/real-node -- \
 	  $(REAL_NODE_TEST) -- --nocapture
 

@@ -1,0 +1,582 @@
+//! The chart on real nodes (`make real-node-scenarios`, after tests/real_node.rs): `helm
+//! install` of charts/jumppod runs jumppod's own image (`make image`, imported into each real
+//! node's containerd) as pods whose only credentials are the chart's ServiceAccount. They reach
+//! the API server as any in-cluster client does, through the `kubernetes` Service. What only
+//! this file proves: the image runs under the chart's security context, the chart's RBAC is
+//! enough for the controller, its Lease elects one of two replicas, the API server calls the
+//! in-cluster webhook through its Service, and an uninstall leaves nothing that blocks pods.
+#![cfg(feature = "real-node")]
+
+use jumppod::schema;
+use jumppod_host::Gate;
+use jumppod_host::api::{ClientOptions, Kube, client};
+use jumppod_plan::config::RawConfig;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The real nodes' label and taint (controlplane/realnode.go): the chart's pods are placed there
+/// by its own values, as an operator would. Not on the node that evicts for memory 2 GiB below
+/// what was free when it started (its own taint): a build on the machine would press it.
+const REAL_NODE: &str = "jumppod.test/real-node";
+
+fn cluster_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os("JUMPPOD_CLUSTER_DIR").expect(
+        "JUMPPOD_CLUSTER_DIR is not set: run inside `jumppod-controlplane run --real-nodes 2 \
+         --real-node-image target/oci/jumppod.oci.tar` (make real-node-scenarios)",
+    ))
+}
+
+async fn admin() -> Client {
+    let (client, _) = client(&ClientOptions {
+        kubeconfig: Some(cluster_dir().join("admin.kubeconfig")),
+        ..ClientOptions::default()
+    })
+    .await
+    .expect("admin client");
+    client
+}
+
+/// `make image`'s reference (the Makefile exports it), split into repository and tag.
+fn image() -> (String, String) {
+    let reference = std::env::var("JUMPPOD_IMAGE_REF")
+        .expect("JUMPPOD_IMAGE_REF is not set: make real-node-scenarios sets it (make image)");
+    let (repository, tag) = reference.rsplit_once(':').expect("REPOSITORY:TAG");
+    (repository.to_owned(), tag.to_owned())
+}
+
+/// Runs helm (built by the Makefile from its Go module) against the control plane; fails with
+/// helm's own words.
+fn helm(args: &[&str]) -> String {
+    let helm = std::env::var_os("JUMPPOD_HELM")
+        .expect("JUMPPOD_HELM is not set: the Makefile builds helm and exports its path");
+    let out = Command::new(&helm)
+        .args(args)
+        .env("KUBECONFIG", cluster_dir().join("admin.kubeconfig"))
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {}: {}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits at most `limit` for `check` to give Some, polling what the API says.
+async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A release of the chart in a namespace of its own, uninstalled (and the namespace removed)
+/// when dropped if the test did not do it.
+struct Release {
+    name: &'static str,
+    ns: &'static str,
+    values: PathBuf,
+    installed: bool,
+}
+
+impl Release {
+    /// `helm install --wait`: the image of `make image`, never pulled, on the real nodes; `extra`
+    /// is merged over that.
+    fn install(name: &'static str, ns: &'static str, extra: Value) -> Release {
+        let (repository, tag) = image();
+        let placement = json!({
+            "nodeSelector": {REAL_NODE: "true"},
+            "tolerations": [
+                {"key": REAL_NODE, "operator": "Exists", "effect": "NoSchedule"},
+            ],
+        });
+        let mut values = json!({
+            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+            "controller": placement.clone(),
+            "webhook": placement,
+        });
+        merge(&mut values, extra);
+        let path = cluster_dir().join(format!("{name}-values.json"));
+        std::fs::write(&path, values.to_string()).expect("write the values");
+        let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/jumppod");
+        let start = Instant::now();
+        helm(&[
+            "install",
+            name,
+            chart.to_str().unwrap(),
+            "--namespace",
+            ns,
+            "--create-namespace",
+            "--values",
+            path.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "180s",
+        ]);
+        eprintln!(
+            "helm install {name}: {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        Release {
+            name,
+            ns,
+            values: path,
+            installed: true,
+        }
+    }
+
+    /// `helm upgrade --wait` with the install's values and `set` over them.
+    fn upgrade(&self, set: &[&str]) {
+        let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/jumppod");
+        let mut args = vec![
+            "upgrade",
+            self.name,
+            chart.to_str().unwrap(),
+            "--namespace",
+            self.ns,
+            "--values",
+            self.values.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "180s",
+        ];
+        for s in set {
+            args.extend(["--set", s]);
+        }
+        helm(&args);
+    }
+
+    fn uninstall(&mut self) {
+        helm(&["uninstall", self.name, "--namespace", self.ns, "--wait"]);
+        self.installed = false;
+    }
+
+    /// The release's pods of one component, by the chart's labels.
+    async fn pods(&self, client: &Client, component: &str) -> Vec<Pod> {
+        let selector = format!(
+            "app.kubernetes.io/instance={},app.kubernetes.io/component={component}",
+            self.name
+        );
+        Api::<Pod>::namespaced(client.clone(), self.ns)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("list the release's pods")
+            .items
+    }
+
+    /// The last lines each of the component's containers logged, for a failure's message.
+    async fn logs(&self, client: &Client, component: &str) -> String {
+        let api = Api::<Pod>::namespaced(client.clone(), self.ns);
+        let mut out = String::new();
+        for pod in self.pods(client, component).await {
+            let params = LogParams {
+                tail_lines: Some(40),
+                ..LogParams::default()
+            };
+            let text = api
+                .logs(&name(&pod), &params)
+                .await
+                .unwrap_or_else(|e| format!("(no logs: {e})"));
+            out.push_str(&format!("--- {}\n{text}\n", name(&pod)));
+        }
+        out
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if self.installed {
+            let _ = Command::new(std::env::var_os("JUMPPOD_HELM").unwrap_or_default())
+                .args(["uninstall", self.name, "--namespace", self.ns])
+                .env("KUBECONFIG", cluster_dir().join("admin.kubeconfig"))
+                .output();
+        }
+    }
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn name(pod: &Pod) -> String {
+    pod.metadata.name.clone().unwrap_or_default()
+}
+
+/// The Lease's holder, once someone holds it.
+async fn holder(client: &Client, ns: &str) -> Option<String> {
+    let lease = Api::<Lease>::namespaced(client.clone(), ns)
+        .get_opt("jumppod")
+        .await
+        .ok()??;
+    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+/// A syntactically valid project key: these pods are never reached by SSH.
+const PROJECT_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGp1bXBwb2QgdGVzdCBrZXk6IHByb2plY3QgbWFpbi4u main@dstack";
+
+/// A project in the middle of dstack's upgrade: the bare pod and Service of a pre-#3891 release
+/// (the legacy selector, on `node_port`), then `ensure` of the new release, whose ReplicaSet's
+/// pod is ready while the Service is kept for the jobs that use it. Both pods run on the fake
+/// kubelet (node-1 and where the scheduler puts them): only the controller is under test here.
+/// Returns the old Service's uid.
+async fn upgrading_project(client: &Client, ns: &str, project: &str, node_port: i32) -> String {
+    let name = schema::jump_pod_name(project);
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let bare: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": schema::legacy_selector(&name)},
+        "spec": {"nodeName": "node-1", "restartPolicy": "Never",
+                 "containers": [{"name": schema::container_name(&name), "image": schema::DEFAULT_IMAGE}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &bare)
+        .await
+        .expect("create the pre-#3891 pod");
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": schema::service_name(&name)},
+        "spec": {"type": "NodePort", "selector": schema::legacy_selector(&name),
+                 "ports": [{"port": 22, "targetPort": 22, "nodePort": node_port}]}
+    }))
+    .unwrap();
+    let old = Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("create the pre-#3891 Service");
+    let config = RawConfig::from_text(&format!(
+        "namespace: {ns}\nproject: {project}\nssh_public_key: {PROJECT_KEY}\nhostname: 127.0.0.1\n"
+    ))
+    .unwrap()
+    .validate("default")
+    .unwrap();
+    let kube = Kube::new(client.clone(), Duration::from_secs(30));
+    jumppod_host::ensure(&kube, &config, &Gate::native())
+        .await
+        .expect("ensure");
+    let replicasets = Api::<ReplicaSet>::namespaced(client.clone(), ns);
+    wait_for(
+        "the ReplicaSet's pod to be ready",
+        Duration::from_secs(60),
+        || async {
+            let rs = replicasets.get_opt(&name).await.ok()??;
+            (rs.status?.ready_replicas == Some(1)).then_some(())
+        },
+    )
+    .await;
+    old.metadata.uid.unwrap()
+}
+
+/// The old pod finishes; waits for the controller to have recreated `project`'s Service with
+/// the current selector on the same NodePort. On a timeout, the controllers' logs say why.
+async fn finished_and_repaired(
+    release: &Release,
+    client: &Client,
+    project: &str,
+    old_uid: &str,
+    node_port: i32,
+) {
+    let ns = release.ns;
+    let name = schema::jump_pod_name(project);
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete the pre-#3891 pod");
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    let svc = loop {
+        let svc = services
+            .get_opt(&schema::service_name(&name))
+            .await
+            .ok()
+            .flatten();
+        if let Some(svc) = svc.filter(|s| s.metadata.uid.as_deref() != Some(old_uid)) {
+            break svc;
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            panic!(
+                "the controller did not recreate {project}'s Service in 90 s; its logs:\n{}",
+                release.logs(client, "controller").await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let spec = svc.spec.unwrap();
+    assert_eq!(spec.selector, Some(schema::current_selector(&name)));
+    assert_eq!(spec.ports.unwrap()[0].node_port, Some(node_port));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_two_controllers_from_the_local_image_one_leading_and_its_rbac_is_enough_to_repair_and_to_take_over()
+ {
+    let client = admin().await;
+    let release = Release::install("jp", "chart-controller", json!({}));
+    let ns = release.ns;
+
+    // Both replicas run the local image on real nodes, Ready: /readyz answered their probe.
+    let pods = release.pods(&client, "controller").await;
+    assert_eq!(
+        pods.len(),
+        2,
+        "{:?}",
+        pods.iter().map(name).collect::<Vec<_>>()
+    );
+    let (repository, tag) = image();
+    for pod in &pods {
+        assert!(is_ready(pod), "{} is not Ready", name(pod));
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.containers[0].image,
+            Some(format!("{repository}:{tag}"))
+        );
+        let node = spec.node_name.clone().unwrap_or_default();
+        assert!(node.starts_with("real-node-"), "{} on {node}", name(pod));
+        assert_eq!(
+            pod.status.as_ref().unwrap().qos_class.as_deref(),
+            Some("Guaranteed")
+        );
+    }
+    // Exactly one leads: the Lease names one of them.
+    let names: Vec<String> = pods.iter().map(name).collect();
+    let leader = wait_for(
+        "a replica to take the Lease",
+        Duration::from_secs(60),
+        || holder(&client, ns),
+    )
+    .await;
+    assert!(
+        names.contains(&leader),
+        "{leader} holds the Lease, not one of {names:?}"
+    );
+
+    // With nothing but the chart's ServiceAccount, the leader repairs a pre-#3891 Service.
+    let uid = upgrading_project(&client, ns, "first", 30241).await;
+    finished_and_repaired(&release, &client, "first", &uid, 30241).await;
+
+    // The leader is deleted: another replica takes the Lease and repairs the next one.
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete(&leader, &DeleteParams::default())
+        .await
+        .expect("delete the leader");
+    let next = wait_for(
+        "another replica to take the Lease",
+        Duration::from_secs(90),
+        || async { holder(&client, ns).await.filter(|h| h != &leader) },
+    )
+    .await;
+    eprintln!("the Lease went from {leader} to {next}");
+    let uid = upgrading_project(&client, ns, "second", 30242).await;
+    finished_and_repaired(&release, &client, "second", &uid, 30242).await;
+
+    let mut release = release;
+    release.uninstall();
+    Api::<Namespace>::all(client)
+        .delete(ns, &DeleteParams::default())
+        .await
+        .expect("delete the namespace");
+}
+
+/// A bare pod of an older dstack release in `ns`: the legacy label, no resources.
+fn legacy_pod() -> Pod {
+    let name = schema::jump_pod_name("main");
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": schema::legacy_selector(&name)},
+        "spec": {"containers": [{"name": schema::container_name(&name), "image": schema::DEFAULT_IMAGE}]}
+    }))
+    .unwrap()
+}
+
+/// An ordinary pod that the configurations' object selector sends to the webhook.
+fn ordinary_pod() -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "ordinary", "labels": {"app.kubernetes.io/name": "ordinary"}},
+        "spec": {"containers": [{"name": "main", "image": "example.com/ordinary:1"}]}
+    }))
+    .unwrap()
+}
+
+/// Creates `pod` in `ns` as a server-side dry run: every admission webhook is called, nothing
+/// is stored or run.
+async fn dry_run(client: &Client, ns: &str, pod: &Pod) -> Result<Pod, kube::Error> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            pod,
+        )
+        .await
+}
+
+async fn create_namespace(client: &Client, ns: &str) {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("create the namespace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_cluster_webhook_is_called_through_its_service_and_an_uninstall_leaves_nothing_that_blocks_pods()
+ {
+    let client = admin().await;
+    // The webhook covers one namespace of this test only, so that scaling it to zero blocks
+    // nothing of the other tests.
+    let (covered, free) = ("chart-covered", "chart-free");
+    create_namespace(&client, covered).await;
+    create_namespace(&client, free).await;
+    let mut release = Release::install(
+        "jph",
+        "chart-webhook",
+        json!({"controller": {"replicas": 1}, "webhook": {"enabled": true, "onlyNamespaces": [covered]}}),
+    );
+    let ns = release.ns;
+
+    // The API server calls the webhook through its Service: the legacy pod comes back mutated
+    // to the labelled schema, Guaranteed with the defaults.
+    let mutated = dry_run(&client, covered, &legacy_pod())
+        .await
+        .expect("the legacy pod is admitted, mutated");
+    let name = schema::jump_pod_name("main");
+    let labels = mutated.metadata.labels.clone().unwrap_or_default();
+    for (k, v) in schema::current_selector(&name) {
+        assert_eq!(labels.get(&k), Some(&v), "{labels:?}");
+    }
+    let resources = mutated.spec.as_ref().unwrap().containers[0]
+        .resources
+        .clone()
+        .expect("resources filled");
+    let (requests, limits) = (resources.requests.unwrap(), resources.limits.unwrap());
+    assert_eq!(requests.get("cpu").map(|q| q.0.as_str()), Some("500m"));
+    assert_eq!(requests.get("memory").map(|q| q.0.as_str()), Some("1Gi"));
+    assert_eq!(limits.get("cpu"), requests.get("cpu"));
+    assert_eq!(limits.get("memory"), requests.get("memory"));
+
+    // The webhook scaled to zero: in the namespace it covers, its failure policy (Fail) refuses
+    // pods; a namespace it does not cover admits them.
+    let webhook = format!("{}-jumppod-webhook", release.name);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
+    let webhook = match deployments.get_opt(&webhook).await.unwrap() {
+        Some(_) => webhook,
+        None => {
+            let list = deployments.list(&ListParams::default()).await.unwrap();
+            list.items
+                .into_iter()
+                .filter_map(|d| d.metadata.name)
+                .find(|n| n.ends_with("webhook"))
+                .expect("the webhook's Deployment")
+        }
+    };
+    deployments
+        .patch(
+            &webhook,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .expect("scale the webhook to zero");
+    wait_for(
+        "the webhook's pods to be gone",
+        Duration::from_secs(60),
+        || async {
+            release
+                .pods(&client, "webhook")
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    let refused = wait_for(
+        "the covered namespace to refuse pods while the webhook is down",
+        Duration::from_secs(30),
+        || async { dry_run(&client, covered, &ordinary_pod()).await.err() },
+    )
+    .await;
+    assert!(
+        refused.to_string().contains("failed calling webhook"),
+        "{refused}"
+    );
+    dry_run(&client, free, &ordinary_pod())
+        .await
+        .expect("a namespace the webhook does not cover admits pods while it is down");
+
+    // An upgrade to a changed value: the configurations now ignore a failed call.
+    release.upgrade(&["webhook.failurePolicy=Ignore"]);
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let selector = format!("app.kubernetes.io/instance={}", release.name);
+    let configurations = mutating
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(configurations.len(), 1);
+    for hook in configurations[0].webhooks.as_deref().unwrap_or_default() {
+        assert_eq!(hook.failure_policy.as_deref(), Some("Ignore"));
+    }
+
+    // Uninstalled: no configuration of the release is left, and the covered namespace admits
+    // pods again with the webhook gone.
+    release.uninstall();
+    assert!(
+        mutating
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(
+        Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    dry_run(&client, covered, &ordinary_pod())
+        .await
+        .expect("no webhook left blocks pods");
+    for n in [covered, free, ns] {
+        let _ = Api::<Namespace>::all(client.clone())
+            .delete(n, &DeleteParams::default())
+            .await;
+    }
+}
