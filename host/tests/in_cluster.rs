@@ -17,7 +17,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::rbac::v1::Role;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use std::future::Future;
@@ -188,23 +189,34 @@ impl Release {
             .items
     }
 
-    /// The last lines each of the component's containers logged, for a failure's message.
+    /// What each of the component's containers logged, for a failure's message.
     async fn logs(&self, client: &Client, component: &str) -> String {
-        let api = Api::<Pod>::namespaced(client.clone(), self.ns);
         let mut out = String::new();
         for pod in self.pods(client, component).await {
-            let params = LogParams {
-                tail_lines: Some(40),
-                ..LogParams::default()
-            };
-            let text = api
-                .logs(&name(&pod), &params)
-                .await
-                .unwrap_or_else(|e| format!("(no logs: {e})"));
-            out.push_str(&format!("--- {}\n{text}\n", name(&pod)));
+            out.push_str(&format!("--- {}\n{}\n", name(&pod), container_log(&pod)));
         }
         out
     }
+}
+
+/// What the pod's container wrote, read where its real kubelet keeps it (its `podLogsDir`,
+/// controlplane/realnode.go): the API server has no client certificate for the kubelets, so
+/// `kubectl logs` is refused (401) on these nodes.
+fn container_log(pod: &Pod) -> String {
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let meta = &pod.metadata;
+    let path = cluster_dir().join(format!(
+        "nodes/{node}/pod-logs/{}_{}_{}/jumppod/0.log",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        meta.uid.as_deref().unwrap_or_default(),
+    ));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| format!("(no log at {}: {e})", path.display()))
 }
 
 impl Drop for Release {
@@ -403,6 +415,63 @@ async fn the_chart_runs_two_controllers_from_the_local_image_one_leading_and_its
     eprintln!("the Lease went from {leader} to {next}");
     let uid = upgrading_project(&client, ns, "second", 30242).await;
     finished_and_repaired(&release, &client, "second", &uid, 30242).await;
+
+    // A verb taken from the chart's Role (create on services): the repair fails, and the
+    // leader's log names the verb and the resource; `helm upgrade` puts the rule back and the
+    // repair goes through.
+    let roles = Api::<Role>::namespaced(client.clone(), ns);
+    let role_name = format!("{}-jumppod-controller", release.name);
+    let mut role = roles.get(&role_name).await.expect("the chart's Role");
+    for rule in role.rules.iter_mut().flatten() {
+        if rule.resources.as_deref() == Some(&["services".to_owned()][..]) {
+            rule.verbs.retain(|v| v != "create");
+        }
+    }
+    roles
+        .replace(&role_name, &PostParams::default(), &role)
+        .await
+        .expect("take create on services from the Role");
+    let uid = upgrading_project(&client, ns, "third", 30243).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    pods.delete(&schema::jump_pod_name("third"), &DeleteParams::default())
+        .await
+        .expect("delete the pre-#3891 pod");
+    let leader = pods.get(&next).await.expect("the leader's pod");
+    let start = Instant::now();
+    let said = loop {
+        let log = container_log(&leader);
+        if let Some(line) = log
+            .lines()
+            .find(|l| l.contains("cannot create resource") && l.contains("services"))
+        {
+            break line.to_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "the leader did not say in 90 s that it cannot create the Service; its log:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!("without the verb, the leader said: {said}");
+    release.upgrade(&[]);
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    let name = schema::jump_pod_name("third");
+    let svc = wait_for(
+        "the repair once helm upgrade restored the Role",
+        Duration::from_secs(90),
+        || async {
+            let svc = services
+                .get_opt(&schema::service_name(&name))
+                .await
+                .ok()??;
+            (svc.metadata.uid.as_deref() != Some(uid.as_str())).then_some(svc)
+        },
+    )
+    .await;
+    assert_eq!(
+        svc.spec.unwrap().selector,
+        Some(schema::current_selector(&name))
+    );
 
     let mut release = release;
     release.uninstall();
