@@ -152,6 +152,17 @@ fn kinds(objects: &[Value]) -> Vec<String> {
     kinds
 }
 
+/// The chart rendered for one namespace or every one, and what `jumppod rbac --controller`
+/// prints for the same.
+fn chart_and_printed(all: bool) -> (Vec<Value>, Vec<Value>) {
+    let chart = template(&["--set", &format!("watchAllNamespaces={all}")]);
+    let mut args = vec!["rbac", "--controller", "--namespace", NS];
+    if all {
+        args.push("--all-namespaces");
+    }
+    (chart, jumppod(&args))
+}
+
 /// The chart's controller has exactly the RBAC `jumppod rbac --controller` prints: the same
 /// kinds of objects, and each binding grants the controller's ServiceAccount the same rules in
 /// the same namespace (a ClusterRole with `-A`, the Lease's Role in the release's namespace).
@@ -159,12 +170,7 @@ fn kinds(objects: &[Value]) -> Vec<String> {
 #[case::for_one_namespace(false)]
 #[case::for_every_namespace(true)]
 fn the_charts_rbac_is_what_rbac_controller_prints(#[case] all: bool) {
-    let chart = template(&["--set", &format!("watchAllNamespaces={all}")]);
-    let mut args = vec!["rbac", "--controller", "--namespace", NS];
-    if all {
-        args.push("--all-namespaces");
-    }
-    let printed = jumppod(&args);
+    let (chart, printed) = chart_and_printed(all);
     let rbac = |objects: &[Value]| -> Vec<Value> {
         objects
             .iter()
@@ -184,12 +190,7 @@ fn the_charts_rbac_is_what_rbac_controller_prints(#[case] all: bool) {
 #[case::for_one_namespace(false)]
 #[case::for_every_namespace(true)]
 fn the_charts_controller_runs_what_rbac_controller_prints(#[case] all: bool) {
-    let chart = template(&["--set", &format!("watchAllNamespaces={all}")]);
-    let mut args = vec!["rbac", "--controller", "--namespace", NS];
-    if all {
-        args.push("--all-namespaces");
-    }
-    let printed = jumppod(&args);
+    let (chart, printed) = chart_and_printed(all);
     let ours = deployment(&chart, "controller");
     let theirs = one(&printed, "Deployment");
     assert_eq!(ours["spec"]["replicas"], theirs["spec"]["replicas"]);

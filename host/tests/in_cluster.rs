@@ -11,6 +11,7 @@ use jumppod::schema;
 use jumppod_host::Gate;
 use jumppod_host::api::{ClientOptions, Kube, client};
 use jumppod_plan::config::RawConfig;
+use jumppod_testkit::wait_for_up_to as wait_for;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -21,7 +22,6 @@ use k8s_openapi::api::rbac::v1::Role;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use std::future::Future;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -74,25 +74,6 @@ fn helm(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Waits at most `limit` for `check` to give Some, polling what the API says.
-async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// A release of the chart in a namespace of its own, uninstalled (and the namespace removed)
