@@ -79,6 +79,8 @@ mod resources;
 mod selector;
 mod server;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod validate;
 
 pub use admission::{Admission, AdmissionVerdict};

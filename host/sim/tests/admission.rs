@@ -1,8 +1,6 @@
 //! Fidelity tests of the admission hook: defaulting first, mutation by JSON Patch, denial.
 
-mod common;
-
-use common::*;
+use jumppod_sim::testing::*;
 use jumppod_sim::{Admission, AdmissionVerdict, Sim, SimConfig};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;

@@ -1,8 +1,6 @@
 //! Fidelity tests of the API server's verbs, errors, validation and allocation.
 
-mod common;
-
-use common::*;
+use jumppod_sim::testing::*;
 use jumppod_sim::{Sim, SimConfig};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};

@@ -1,8 +1,6 @@
 //! Fidelity tests of injected faults and the request log, seen through the real kube client.
 
-mod common;
-
-use common::*;
+use jumppod_sim::testing::*;
 use jumppod_sim::{Fault, Sim, SimConfig};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};

@@ -1,8 +1,6 @@
 //! kubectl, a real client, is satisfied by the simulator through its generated kubeconfig.
 
-mod common;
-
-use common::*;
+use jumppod_sim::testing::*;
 use jumppod_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 use std::path::Path;

@@ -1,8 +1,6 @@
 //! Fidelity tests of RBAC authorisation and its Forbidden messages.
 
-mod common;
-
-use common::*;
+use jumppod_sim::testing::*;
 use jumppod_sim::{Sim, SimConfig};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};

@@ -1,8 +1,6 @@
 //! Scale: 1000 namespaces, each with a ReplicaSet, a pod and a Service, through the kube client.
 
-mod common;
-
-use common::*;
+use jumppod_sim::testing::*;
 use jumppod_sim::{NodeSpec, Sim, SimConfig};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};

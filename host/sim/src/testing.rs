@@ -1,7 +1,8 @@
-//! Helpers shared by the fidelity tests: real kube clients and raw HTTP.
-#![allow(dead_code)]
+//! What the simulator's fidelity tests share (feature `testing`, which only they turn on):
+//! real kube clients and raw HTTP. In the library, not in a module every test binary compiles,
+//! so that what one binary leaves unused is not dead code to hide.
 
-use jumppod_sim::Sim;
+use crate::Sim;
 use serde_json::Value;
 use std::future::Future;
 use std::io::{Read, Write};
