@@ -13,6 +13,7 @@ use crate::outlined::Outlined;
 use crate::rules::{self, Violation};
 use crate::schema::{self, Schema};
 use crate::settings::{Contract, Settings};
+use crate::splice::Checked;
 use crate::verdict::{Mutated, Rejection, Verdict, Warning};
 use crate::view::{self, PodHead, PodView, Text};
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -50,11 +51,23 @@ pub enum Object<'r, 'a> {
         payload: &'a [u8],
         /// Finds the object's JSON in the payload: only a mutation needs it (it returns the
         /// pod whole).
-        raw_object: &'r dyn Fn() -> Option<&'a RawValue>,
+        raw_object: &'r dyn Fn() -> Option<PodText<'a>>,
         /// The verdict of the full read, where the head cannot be judged exactly as the typed
         /// parse would judge it (updates, ReplicaSets, deep nesting, what the view cannot read).
         full: &'r dyn Fn() -> Verdict,
     },
+}
+
+/// A created pod's JSON, which a mutation returns with the fills.
+pub enum PodText<'a> {
+    /// The span from `start` to `end` of a checked (canonical) payload.
+    Checked {
+        payload: Checked<'a>,
+        start: usize,
+        end: usize,
+    },
+    /// Any other JSON.
+    Raw(&'a RawValue),
 }
 
 /// A pod's or a pod template's metadata, as far as classification reads it. More lenient than
@@ -188,7 +201,7 @@ pub fn judge(request: Request<'_, '_>, settings: Option<&RawValue>) -> Verdict {
             match create_pod(&pod, judged.schema, &judged.subject, &contract) {
                 Created::Decided(verdict) => verdict,
                 Created::Mutate(mutation) => raw_object()
-                    .and_then(|raw| mutate_pod(raw, &pod, mutation, &judged.subject, &contract))
+                    .and_then(|text| mutate_pod(text, &pod, mutation, &judged.subject, &contract))
                     .unwrap_or_else(full),
             }
         }
@@ -292,8 +305,10 @@ fn review_pod(
     {
         return match create_pod(&view, schema, &subject, contract) {
             Created::Decided(verdict) => verdict,
-            Created::Mutate(mutation) => mutate_pod(object, &view, mutation, &subject, contract)
-                .unwrap_or_else(|| review_pod_typed(object, None, schema, &subject, contract)),
+            Created::Mutate(mutation) => {
+                { mutate_pod(PodText::Raw(object), &view, mutation, &subject, contract) }
+                    .unwrap_or_else(|| review_pod_typed(object, None, schema, &subject, contract))
+            }
         };
     }
     review_pod_typed(object, old, schema, &subject, contract)
@@ -331,7 +346,7 @@ fn missing(mutation: Mutation, subject: &str) -> Verdict {
 /// Judges the pod with the fills added to its view and, if that accepts it, writes the fills
 /// into its JSON; None where the JSON must be read by the typed parse.
 fn mutate_pod(
-    object: &RawValue,
+    object: PodText<'_>,
     view: &PodView<'_>,
     mutation: Mutation,
     subject: &str,
@@ -349,17 +364,45 @@ fn mutate_pod(
     ))
 }
 
-/// A pod's JSON, read to be written back with the fills: borrowed, written as a `Value` would
-/// be, or (a document a `Value` reads in a way of its own) into a `Value`.
+/// A pod's JSON, read to be written back with the fills, each way writing what a `Value` would:
+/// its own text with the fills spliced in (canonical text, the usual case), read whole but
+/// borrowed, or (a document a `Value` reads in a way of its own) into a `Value`.
 enum PodJson<'a> {
+    Spliced {
+        checked: Checked<'a>,
+        start: usize,
+        end: usize,
+    },
     Borrowed(Json<'a>),
     Value(Value),
 }
 
 impl<'a> PodJson<'a> {
-    fn read(object: &'a RawValue) -> Option<PodJson<'a>> {
+    fn read(object: PodText<'a>) -> Option<PodJson<'a>> {
+        match object {
+            PodText::Checked {
+                payload,
+                start,
+                end,
+            } => Some(PodJson::Spliced {
+                checked: payload,
+                start,
+                end,
+            }),
+            PodText::Raw(raw) => match Checked::of(raw.get()) {
+                Some(checked) => Some(PodJson::Spliced {
+                    checked,
+                    start: 0,
+                    end: raw.get().len(),
+                }),
+                None => PodJson::whole(raw.get()),
+            },
+        }
+    }
+
+    fn whole(text: &'a str) -> Option<PodJson<'a>> {
         // From bytes, as the policy reads its payload: one instance of serde_json's reader.
-        let bytes = object.get().as_bytes();
+        let bytes = text.as_bytes();
         match serde_json::from_slice(bytes) {
             Ok(json) => Some(PodJson::Borrowed(json)),
             Err(_) => serde_json::from_slice(bytes).ok().map(PodJson::Value),
@@ -368,6 +411,20 @@ impl<'a> PodJson<'a> {
 
     fn write(self, mutation: &Mutation) -> Result<Mutated, serde_json::Error> {
         match self {
+            PodJson::Spliced {
+                checked,
+                start,
+                end,
+            } => {
+                let mut document = checked.document(start, end);
+                mutation.apply(&mut document);
+                match checked.write(&document) {
+                    Some(text) => Ok(Mutated::spliced(text)),
+                    // Checked text that did not open (not seen): read into a `Value` instead.
+                    None => PodJson::Value(serde_json::from_str(checked.text(start, end))?)
+                        .write(mutation),
+                }
+            }
             PodJson::Borrowed(json) => {
                 // As long as the fills it borrows.
                 let mut json: Json<'_> = json;

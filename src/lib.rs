@@ -12,6 +12,7 @@ pub mod quantity;
 pub mod rules;
 pub mod schema;
 pub mod settings;
+pub mod splice;
 pub mod verdict;
 pub mod view;
 

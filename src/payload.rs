@@ -4,10 +4,12 @@
 //! so they cannot disagree.
 //!
 //! The payload is read in one borrowed pass over the pod's metadata; a jump pod's spec is then
-//! read from the same bytes, and a mutation reads the pod once more, whole, to return it.
+//! read from the same bytes, and a mutation finds the pod's text in the payload to return it
+//! with the fills spliced in (`crate::splice`).
 //! Anything these reads cannot read goes to the full typed read, which names the problem.
 
-use crate::admission::{self, Object, Request};
+use crate::admission::{self, Object, PodText, Request};
+use crate::splice::Checked;
 use crate::verdict::Verdict;
 use crate::view::{self, PodHead};
 use serde::Deserialize;
@@ -71,13 +73,25 @@ fn decide_quickly(bytes: &[u8]) -> Option<(Verdict, Option<Cow<'_, str>>)> {
     let view::Object(payload) = serde_json::from_slice::<view::Object<QuickPayload>>(bytes).ok()?;
     let view::Object(request) = payload.request?;
     let kind = request.kind.as_ref();
-    // Only a mutation needs the pod's JSON (it returns the pod whole): a second read of the
-    // payload, keeping the object raw.
+    // Only a mutation needs the pod's JSON (it returns the pod whole). A payload written as
+    // serde_json writes it (as jumppod's hosts send it) is checked once and the object found
+    // in it by its members; any other is read a second time, keeping the object raw.
     let raw_object = || {
+        let checked = std::str::from_utf8(bytes).ok().and_then(Checked::of);
+        if let Some(payload) = checked
+            && let Some((start, end)) = payload.object_at(&["request", "object"])
+        {
+            return Some(PodText::Checked {
+                payload,
+                start,
+                end,
+            });
+        }
         serde_json::from_slice::<FullPayload>(bytes)
             .ok()?
             .request?
             .object
+            .map(PodText::Raw)
     };
     let full = || decide_fully(bytes).0;
     let verdict = admission::judge(

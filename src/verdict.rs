@@ -8,7 +8,6 @@ use crate::mutate::Fill;
 use crate::rules::{Problem, Side, Violation};
 use serde::Serialize;
 use serde_json::Value;
-use serde_json::value::RawValue;
 use std::fmt;
 
 /// What the policy answers for one request.
@@ -37,30 +36,30 @@ impl Verdict {
     }
 }
 
-/// A mutated object as the answer carries it: its JSON, written as serde_json writes a `Value`
-/// (compact, keys in order), so the module writes it into its answer as it is.
-#[derive(Clone, Debug)]
-pub struct Mutated(Box<RawValue>);
+/// A mutated object as the answer carries it: its JSON text, written as serde_json writes a
+/// `Value` (compact, keys in order), so the module writes it into its answer as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mutated(String);
 
 impl Mutated {
     /// Writes a document: a `Value`, or a [`Json`](crate::json::Json) written as one.
     pub fn write<T: Serialize + ?Sized>(object: &T) -> Result<Mutated, serde_json::Error> {
-        serde_json::value::to_raw_value(object).map(Mutated)
+        serde_json::to_string(object).map(Mutated)
     }
 
-    pub fn json(&self) -> &RawValue {
+    /// Takes text [`crate::splice`] wrote: checked to be written as a `Value` would be.
+    pub(crate) fn spliced(text: String) -> Mutated {
+        Mutated(text)
+    }
+
+    /// The JSON text.
+    pub fn text(&self) -> &str {
         &self.0
     }
 
     /// The object read into a `Value`.
     pub fn value(&self) -> Result<Value, serde_json::Error> {
-        serde_json::from_str(self.0.get())
-    }
-}
-
-impl PartialEq for Mutated {
-    fn eq(&self, other: &Mutated) -> bool {
-        self.0.get() == other.0.get()
+        serde_json::from_str(&self.0)
     }
 }
 

@@ -38,7 +38,9 @@ pub fn evaluate(payload: &[u8]) -> Vec<u8> {
         // The answer to almost every request, written once.
         Verdict::Accept { warnings } if warnings.is_empty() => ACCEPTED.to_vec(),
         // A mutated pod is written once, where the verdict was decided.
-        verdict => encode(&Answer::from(&verdict)),
+        verdict => Answer::from(&verdict)
+            .write()
+            .unwrap_or_else(|e| cannot_encode(&e)),
     }
 }
 
@@ -88,9 +90,11 @@ fn log_record(verdict: &Verdict, name: &str, at: (&str, u32, u32)) -> Option<Vec
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
-    serde_json::to_vec(value).unwrap_or_else(|e| {
-        format!(r#"{{"accepted":false,"message":"cannot encode the answer: {e}"}}"#).into_bytes()
-    })
+    serde_json::to_vec(value).unwrap_or_else(|e| cannot_encode(&e))
+}
+
+fn cannot_encode(e: &serde_json::Error) -> Vec<u8> {
+    format!(r#"{{"accepted":false,"message":"cannot encode the answer: {e}"}}"#).into_bytes()
 }
 
 #[cfg(test)]

@@ -4,12 +4,13 @@
 //! from the policy before the mutated pod was written without a `Value` (issue 25).
 
 use jumppod::payload;
+use jumppod::splice::Checked;
 use jumppod_policy::evaluate;
 use jumppod_review::{Answer, ValidationResponse, admission_response};
 use rstest::rstest;
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 fn test_data(relative: &str) -> PathBuf {
@@ -60,6 +61,23 @@ fn a_mutation_answers_the_recorded_bytes(#[case] fixture: &str) {
 /// fixture, mutations among them, the two are the same bytes.
 #[test]
 fn the_written_answer_is_the_validation_response_s_bytes() {
+    let mut mutations = 0;
+    for fixture in &fixtures() {
+        let (verdict, _) = payload::decide(&payload(fixture));
+        let written = Answer::from(&verdict).write().expect("written");
+        let rendered = serde_json::to_vec(&ValidationResponse::from(&verdict)).expect("written");
+        assert_eq!(
+            String::from_utf8_lossy(&written),
+            String::from_utf8_lossy(&rendered),
+            "{fixture}"
+        );
+        mutations += usize::from(matches!(verdict, jumppod::Verdict::Mutate { .. }));
+    }
+    assert!(mutations >= 6, "{mutations} mutations");
+}
+
+/// Every fixture, the hostile ones too, relative to `test_data`.
+fn fixtures() -> Vec<String> {
     let mut fixtures = Vec::new();
     for dir in [test_data(""), test_data("hostile")] {
         for entry in std::fs::read_dir(&dir).expect("fixtures") {
@@ -70,17 +88,42 @@ fn the_written_answer_is_the_validation_response_s_bytes() {
             }
         }
     }
-    let mut mutations = 0;
-    for fixture in &fixtures {
-        let (verdict, _) = payload::decide(&payload(fixture));
-        let written = serde_json::to_vec(&Answer::from(&verdict)).expect("written");
-        let rendered = serde_json::to_vec(&ValidationResponse::from(&verdict)).expect("written");
-        assert_eq!(
-            String::from_utf8_lossy(&written),
-            String::from_utf8_lossy(&rendered),
-            "{fixture}"
-        );
-        mutations += usize::from(matches!(verdict, jumppod::Verdict::Mutate { .. }));
+    fixtures
+}
+
+/// Sent as serde_json writes it (as policy-server and jumppod's hosts send it), a pod's text
+/// is mutated by splicing the fills into it (`jumppod::splice`); sent with whitespace, the
+/// same pod is read whole. For every fixture that reads as JSON, under several settings, the
+/// two answer the same bytes.
+#[test]
+fn a_spliced_mutation_answers_what_a_whole_read_answers() {
+    let settings = [
+        json!({}),
+        json!({"cpu": "250m", "memory": "2Gi", "ephemeralStorageRequest": "128Mi"}),
+        json!({"mutate": false}),
+    ];
+    let mut spliced = 0;
+    for fixture in &fixtures() {
+        let Ok(payload) = serde_json::from_slice::<Value>(&payload(fixture)) else {
+            continue;
+        };
+        let request = &payload["request"];
+        for settings in &settings {
+            let payload = json!({"request": request, "settings": settings});
+            let compact = serde_json::to_vec(&payload).expect("written");
+            let pretty = serde_json::to_vec_pretty(&payload).expect("written");
+            let answer = evaluate(&compact);
+            assert_eq!(
+                String::from_utf8_lossy(&answer),
+                String::from_utf8_lossy(&evaluate(&pretty)),
+                "{fixture} under {settings}"
+            );
+            let object = serde_json::to_string(&request["object"]).expect("written");
+            let mutated = serde_json::from_slice::<ValidationResponse>(&answer)
+                .is_ok_and(|a| a.mutated_object.is_some());
+            spliced += usize::from(mutated && Checked::of(&object).is_some());
+        }
     }
-    assert!(mutations >= 6, "{mutations} mutations");
+    // The mutating fixtures under the two settings that mutate.
+    assert!(spliced >= 9, "{spliced} spliced mutations");
 }

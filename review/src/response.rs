@@ -2,7 +2,6 @@ use crate::Error;
 use base64::Engine as _;
 use jumppod::Verdict;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// The answer to `validate`, as the Kubewarden SDK writes it (the same fields in the same
@@ -26,7 +25,7 @@ pub struct ValidationResponse {
 impl From<&Verdict> for ValidationResponse {
     fn from(verdict: &Verdict) -> ValidationResponse {
         let answer = Answer::from(verdict);
-        let mutated_object = match answer.mutated_object.map(|o| serde_json::from_str(o.get())) {
+        let mutated_object = match answer.mutated_object.map(serde_json::from_str) {
             None => None,
             Some(Ok(object)) => Some(object),
             // serde_json reads what it wrote: not reached.
@@ -50,17 +49,41 @@ impl From<&Verdict> for ValidationResponse {
     }
 }
 
-/// A [`ValidationResponse`] as the module writes it: the same fields in the same order, the
-/// mutated object written as the verdict holds it (serde_json's text of it) rather than read
-/// into a `Value` and written again. The same bytes (a test compares them).
-#[derive(Clone, Debug, Serialize)]
+/// A [`ValidationResponse`] as the module writes it ([`Answer::write`]): the same fields in the
+/// same order, the mutated object written as the verdict holds it (serde_json's text of it)
+/// rather than read into a `Value` and written again. The same bytes (a test compares them).
+#[derive(Clone, Debug)]
 pub struct Answer<'v> {
     pub accepted: bool,
     pub message: Option<String>,
     pub code: Option<u16>,
-    pub mutated_object: Option<&'v RawValue>,
+    /// JSON text.
+    pub mutated_object: Option<&'v str>,
     pub audit_annotations: Option<Value>,
     pub warnings: Option<Vec<String>>,
+}
+
+impl Answer<'_> {
+    /// The answer as serde_json writes a [`ValidationResponse`], the mutated object's text
+    /// copied in (serde_json would check it by reading it again).
+    pub fn write(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let object = self.mutated_object.unwrap_or("null");
+        let mut out = Vec::with_capacity(128 + object.len());
+        out.extend_from_slice(br#"{"accepted":"#);
+        serde_json::to_writer(&mut out, &self.accepted)?;
+        out.extend_from_slice(br#","message":"#);
+        serde_json::to_writer(&mut out, &self.message)?;
+        out.extend_from_slice(br#","code":"#);
+        serde_json::to_writer(&mut out, &self.code)?;
+        out.extend_from_slice(br#","mutated_object":"#);
+        out.extend_from_slice(object.as_bytes());
+        out.extend_from_slice(br#","audit_annotations":"#);
+        serde_json::to_writer(&mut out, &self.audit_annotations)?;
+        out.extend_from_slice(br#","warnings":"#);
+        serde_json::to_writer(&mut out, &self.warnings)?;
+        out.push(b'}');
+        Ok(out)
+    }
 }
 
 impl<'v> From<&'v Verdict> for Answer<'v> {
@@ -70,7 +93,7 @@ impl<'v> From<&'v Verdict> for Answer<'v> {
             match verdict {
                 Verdict::Accept { warnings } => (true, None, None, None, text(warnings)),
                 Verdict::Mutate { object, warnings } => {
-                    (true, None, None, Some(object.json()), text(warnings))
+                    (true, None, None, Some(object.text()), text(warnings))
                 }
                 Verdict::Reject(rejection) => (
                     false,

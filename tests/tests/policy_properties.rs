@@ -722,6 +722,19 @@ fn accepted_untouched(outcome: &Answer) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
+    /// Sent compact, as serde_json writes it, a mutated pod is its own text with the fills
+    /// spliced in (`jumppod::splice`); sent with whitespace, it is read whole and written
+    /// again. The answers are the same bytes.
+    #[test]
+    fn a_spliced_mutation_answers_what_a_whole_read_answers(pod in pod(), settings in settings()) {
+        let request = json!({"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE", "namespace": "dstack", "object": pod_json(&pod)});
+        let payload = json!({"request": request, "settings": settings.json()});
+        let compact = jumppod_policy::evaluate(&serde_json::to_vec(&payload).unwrap());
+        let pretty = jumppod_policy::evaluate(&serde_json::to_vec_pretty(&payload).unwrap());
+        prop_assert_eq!(String::from_utf8_lossy(&compact), String::from_utf8_lossy(&pretty));
+    }
+
     #[test]
     fn the_verdict_on_a_created_pod_follows_the_contract(pod in pod(), settings in settings()) {
         let object = pod_json(&pod);

@@ -1,0 +1,714 @@
+//! The mutated pod written as the request's own text with the fills spliced in.
+//!
+//! A mutation answers the whole pod, and reading all of it into a tree to write it again was
+//! most of the mutation's cost. Where the request's text is already what serde_json writes for
+//! a `Value` read from it ([`Checked`]: compact, each object's keys distinct and in order,
+//! strings escaped as serde_json escapes them, integers only), the answer is that text with
+//! the fills written into the few objects they reach: those objects are opened one level at a
+//! time ([`Spliced`]) and every other member is copied as it stands. So the answer is byte for
+//! byte what a `Value` would write. Any other text is read whole by [`crate::json`].
+//!
+//! `jumppod`'s own hosts (`webhook`, `eval`, the gate) write the payload from a `Value`, so its
+//! object is canonical unless the request held something a `Value` rewrites (a float, `\u`
+//! escapes of printable characters, duplicate keys). policy-server writes the request with
+//! serde_json too; if its maps keep the API server's key order, its text is read whole, as
+//! before.
+
+use crate::mutate::Document;
+use std::borrow::Cow;
+
+/// Canonical JSON text, and where each of its objects and arrays ends.
+#[derive(Debug, PartialEq)]
+pub struct Checked<'t> {
+    text: &'t str,
+    /// (start, end) of every object and array, by start: the check found them, so opening
+    /// one skips its members' objects without reading them again.
+    containers: Vec<(usize, usize)>,
+}
+
+/// A pod's JSON text, opened only where a fill reaches.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Spliced<'a> {
+    /// Canonical text from `start` to `end` of the checked text, written as it stands.
+    Text {
+        source: &'a Checked<'a>,
+        start: usize,
+        end: usize,
+    },
+    /// An object's members in key order.
+    Object(Members<'a>),
+    Array(Vec<Spliced<'a>>),
+    /// A fill's value, escaped on writing.
+    String(&'a str),
+    /// Text that could not be opened though it was checked: never written, so the whole pod
+    /// is then read another way. What is filled into it is held here and dropped.
+    Unreadable(Members<'a>),
+}
+
+/// Keys as they read (unescaped: only managed fields' `k:{...}` keys hold escapes).
+pub type Members<'a> = Vec<(Cow<'a, str>, Spliced<'a>)>;
+
+impl<'t> Checked<'t> {
+    /// The text, if it is canonical.
+    pub fn of(text: &'t str) -> Option<Checked<'t>> {
+        let mut checker = Checker {
+            bytes: text.as_bytes(),
+            at: 0,
+            // About one object or array per 32 bytes in a pod with managed fields.
+            containers: Vec::with_capacity(text.len() / 32),
+        };
+        checker.check().then_some(Checked {
+            text,
+            containers: checker.containers,
+        })
+    }
+
+    /// The text of a [`document`](Checked::document) of this text, None if any part was
+    /// unreadable.
+    pub fn write(&self, document: &Spliced<'_>) -> Option<String> {
+        // Room for the text and the fills: one allocation.
+        let mut out = String::with_capacity(self.text.len() + 512);
+        document.write_into(&mut out)?;
+        Some(out)
+    }
+
+    /// The value from `start` to `end` (the whole text, or a span [`object_at`] found) as a
+    /// document to fill in.
+    ///
+    /// [`object_at`]: Checked::object_at
+    pub fn document(&self, start: usize, end: usize) -> Spliced<'_> {
+        Spliced::Text {
+            source: self,
+            start,
+            end,
+        }
+    }
+
+    /// The text from `start` to `end` (empty if that is not a span of it).
+    pub fn text(&self, start: usize, end: usize) -> &'t str {
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    /// The span of the object reached from the top by the members `path`, if the top and
+    /// each member on the way are objects. Keys are distinct and unescaped in checked text,
+    /// so this is the object serde_json's derived readers would take there.
+    pub fn object_at(&self, path: &[&str]) -> Option<(usize, usize)> {
+        let is_object = |start: usize| self.text.as_bytes().get(start) == Some(&b'{');
+        let (mut start, mut end) = (0, self.text.len());
+        for key in path {
+            if !is_object(start) {
+                return None;
+            }
+            let members = self.members(start, end)?;
+            let (_, value) = members.iter().find(|(k, _)| k == key)?;
+            let Spliced::Text {
+                start: from,
+                end: to,
+                ..
+            } = *value
+            else {
+                return None;
+            };
+            (start, end) = (from, to);
+        }
+        is_object(start).then_some((start, end))
+    }
+
+    /// Where the value that starts at `at` ends.
+    fn value_end(&self, at: usize) -> Option<usize> {
+        let bytes = self.text.as_bytes();
+        match bytes.get(at)? {
+            b'"' => string_end(bytes, at).map(|(end, _)| end),
+            b'{' | b'[' => {
+                let found = self
+                    .containers
+                    .binary_search_by_key(&at, |&(start, _)| start);
+                found.ok().map(|i| self.containers[i].1)
+            }
+            _ => Some(
+                at + bytes[at..]
+                    .iter()
+                    .position(|b| matches!(b, b',' | b'}' | b']'))
+                    .unwrap_or(bytes.len() - at),
+            ),
+        }
+    }
+
+    /// The members of the object from `start` to `end`, their values left as text.
+    fn members(&self, start: usize, end: usize) -> Option<Members<'_>> {
+        let bytes = self.text.as_bytes();
+        let mut members = Vec::with_capacity(16);
+        if end == start + 2 {
+            return Some(members);
+        }
+        let mut at = start + 1;
+        loop {
+            let (key_end, escaped) = string_end(bytes, at)?;
+            let quoted = self.text.get(at..key_end)?;
+            let key = if escaped {
+                Cow::Owned(serde_json::from_str(quoted).ok()?)
+            } else {
+                Cow::Borrowed(quoted.get(1..quoted.len() - 1)?)
+            };
+            if bytes.get(key_end) != Some(&b':') {
+                return None;
+            }
+            let value_end = self.value_end(key_end + 1)?;
+            members.push((key, self.document(key_end + 1, value_end)));
+            match bytes.get(value_end) {
+                Some(b',') if value_end + 1 < end => at = value_end + 1,
+                Some(b'}') if value_end + 1 == end => return Some(members),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The elements of the array from `start` to `end`, left as text.
+    fn elements(&self, start: usize, end: usize) -> Option<Vec<Spliced<'_>>> {
+        let bytes = self.text.as_bytes();
+        let mut items = Vec::new();
+        if end == start + 2 {
+            return Some(items);
+        }
+        let mut at = start + 1;
+        loop {
+            let item_end = self.value_end(at)?;
+            items.push(self.document(at, item_end));
+            match bytes.get(item_end) {
+                Some(b',') if item_end + 1 < end => at = item_end + 1,
+                Some(b']') if item_end + 1 == end => return Some(items),
+                _ => return None,
+            }
+        }
+    }
+}
+
+impl<'a> Spliced<'a> {
+    /// Opens an object or array one level; a string, number, literal or opened node stays.
+    fn open(&mut self) {
+        if let Spliced::Text { source, start, end } = *self {
+            *self = match source.text.as_bytes().get(start) {
+                Some(b'{') => source
+                    .members(start, end)
+                    .map_or_else(Spliced::unreadable, Spliced::Object),
+                Some(b'[') => source
+                    .elements(start, end)
+                    .map_or_else(Spliced::unreadable, Spliced::Array),
+                _ => return,
+            };
+        }
+    }
+
+    fn unreadable() -> Spliced<'a> {
+        Spliced::Unreadable(Vec::new())
+    }
+
+    fn write_into(&self, out: &mut String) -> Option<()> {
+        match self {
+            Spliced::Text { source, start, end } => out.push_str(source.text.get(*start..*end)?),
+            Spliced::String(text) => push_string(out, text),
+            Spliced::Object(members) => {
+                out.push('{');
+                for (at, (key, value)) in members.iter().enumerate() {
+                    if at > 0 {
+                        out.push(',');
+                    }
+                    push_string(out, key);
+                    out.push(':');
+                    value.write_into(out)?;
+                }
+                out.push('}');
+            }
+            Spliced::Array(items) => {
+                out.push('[');
+                for (at, item) in items.iter().enumerate() {
+                    if at > 0 {
+                        out.push(',');
+                    }
+                    item.write_into(out)?;
+                }
+                out.push(']');
+            }
+            Spliced::Unreadable(_) => return None,
+        }
+        Some(())
+    }
+}
+
+/// A string as serde_json writes it: as it is between quotes when nothing needs escaping.
+fn push_string(out: &mut String, text: &str) {
+    if next_special(text.as_bytes(), 0) == text.len() {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        // serde_json writes any string.
+        out.push_str(&serde_json::to_string(text).unwrap_or_default());
+    }
+}
+
+fn position(members: &Members<'_>, key: &str) -> Result<usize, usize> {
+    members.binary_search_by(|(k, _)| k.as_bytes().cmp(key.as_bytes()))
+}
+
+/// The walk of [`crate::mutate::Mutation::apply`], as over a `Value`.
+impl<'a> Document<'a> for Spliced<'a> {
+    type Map = Members<'a>;
+
+    fn member_mut(&mut self, key: &str) -> Option<&mut Spliced<'a>> {
+        let members = self.as_map_mut()?;
+        let at = position(members, key).ok()?;
+        Some(&mut members[at].1)
+    }
+
+    fn element_mut(&mut self, index: usize) -> Option<&mut Spliced<'a>> {
+        self.open();
+        match self {
+            Spliced::Array(items) => items.get_mut(index),
+            _ => None,
+        }
+    }
+
+    fn as_map_mut(&mut self) -> Option<&mut Members<'a>> {
+        self.open();
+        match self {
+            Spliced::Object(members) => Some(members),
+            _ => None,
+        }
+    }
+
+    fn map_at<'m>(map: &'m mut Members<'a>, key: &'static str) -> &'m mut Members<'a> {
+        let at = position(map, key).unwrap_or_else(|at| {
+            map.insert(at, (Cow::Borrowed(key), Spliced::Object(Vec::new())));
+            at
+        });
+        let slot = &mut map[at].1;
+        slot.open();
+        if !matches!(slot, Spliced::Object(_) | Spliced::Unreadable(_)) {
+            *slot = Spliced::Object(Vec::new());
+        }
+        match slot {
+            Spliced::Object(members) | Spliced::Unreadable(members) => members,
+            // Made an object just above.
+            _ => unreachable!(),
+        }
+    }
+
+    fn set(map: &mut Members<'a>, key: &'static str, value: &'a str) {
+        match position(map, key) {
+            Ok(at) => map[at].1 = Spliced::String(value),
+            Err(at) => map.insert(at, (Cow::Borrowed(key), Spliced::String(value))),
+        }
+    }
+}
+
+/// Just past the closing quote of the string whose opening quote is at `at`, and whether it
+/// has escapes; None if it is not escaped as serde_json escapes (`\"`, `\\`, `\b`, `\f`,
+/// `\n`, `\r`, `\t`, and `\u00xx` in lower case for the other control characters).
+fn string_end(bytes: &[u8], at: usize) -> Option<(usize, bool)> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut i = at + 1;
+    let mut escaped = false;
+    loop {
+        i = next_special(bytes, i);
+        match *bytes.get(i)? {
+            b'"' => return Some((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                match bytes.get(i + 1)? {
+                    b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    b'u' if control_escape(bytes.get(i + 2..i + 6)?) => i += 6,
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The first quote, backslash or control character at or after `at` (or the end): eight
+/// bytes at a time, as most of a pod's text is inside strings.
+fn next_special(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(word) = bytes
+        .get(at..at + 8)
+        .and_then(|w| <[u8; 8]>::try_from(w).ok())
+    {
+        let found = special(u64::from_le_bytes(word));
+        if found != 0 {
+            // The lowest flagged byte is exact: a false flag only ever sits above a true one.
+            return at + found.trailing_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    let tail = bytes.get(at..).unwrap_or_default();
+    at + tail
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .unwrap_or(tail.len())
+}
+
+/// The high bit of each of eight bytes that is a quote, a backslash or below 0x20 (the classic
+/// "has a zero byte" and "has a byte less than n" tests).
+fn special(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    below(quote, 1) | below(backslash, 1) | below(word, 0x20)
+}
+
+/// `00xx` after `\u`: a control character serde_json writes as `\u00xx` (lower case), not
+/// one of the five it writes with a letter.
+fn control_escape(hex: &[u8]) -> bool {
+    let [b'0', b'0', high @ (b'0' | b'1'), low] = hex else {
+        return false;
+    };
+    let low = match low {
+        b'0'..=b'9' => low - b'0',
+        b'a'..=b'f' => low - b'a' + 10,
+        _ => return false,
+    };
+    let code = (high - b'0') * 16 + low;
+    !matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d)
+}
+
+/// Checks that the text is one JSON value serde_json writes back unchanged when it reads it
+/// into a `Value`: no whitespace; each object's keys distinct and in the byte order of what
+/// they stand for (a `Value`'s map is a `BTreeMap`: no `preserve_order`), none of them
+/// serde_json's private raw-value token (a `Value` reads such a map as the JSON in its
+/// string); strings escaped as serde_json escapes ([`string_end`]); numbers integers that fit
+/// an `i64` or a `u64`, and not `-0` (a `Value` holds any other number as an `f64`, written
+/// its own way).
+struct Checker<'t> {
+    bytes: &'t [u8],
+    at: usize,
+    containers: Vec<(usize, usize)>,
+}
+
+/// What an open container expects next, and its slot in `containers`.
+enum Open<'t> {
+    /// An object, and its last key (none before the first).
+    Object(usize, Option<Key<'t>>),
+    Array(usize),
+}
+
+/// A key's text between its quotes.
+struct Key<'t> {
+    text: &'t [u8],
+    escaped: bool,
+}
+
+impl Key<'_> {
+    /// Whether this key sorts before `other` in a `BTreeMap<String, _>`: by the bytes they
+    /// stand for (`k:{\"name\":...}` keys of managed fields carry escapes).
+    fn before(&self, other: &Key<'_>) -> bool {
+        if self.escaped || other.escaped {
+            unescaped(self.text).lt(unescaped(other.text))
+        } else {
+            self.text < other.text
+        }
+    }
+}
+
+/// The bytes a checked string's text stands for.
+fn unescaped(text: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let byte = *text.get(i)?;
+        if byte != b'\\' {
+            i += 1;
+            return Some(byte);
+        }
+        let escape = *text.get(i + 1)?;
+        i += 2;
+        Some(match escape {
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                // \u00xx, checked: the last two hex digits.
+                let code = text.get(i + 2..i + 4)?;
+                i += 4;
+                u8::from_str_radix(std::str::from_utf8(code).ok()?, 16).ok()?
+            }
+            quoted => quoted,
+        })
+    })
+}
+
+impl<'t> Checker<'t> {
+    fn peek(&self) -> u8 {
+        // No JSON value starts with or continues at a NUL byte outside a string.
+        self.bytes.get(self.at).copied().unwrap_or(0)
+    }
+
+    fn check(&mut self) -> bool {
+        // Containers open: a stack, not recursion, so no text is too deep for it.
+        let mut open: Vec<Open<'t>> = Vec::new();
+        loop {
+            // A value.
+            match self.peek() {
+                opener @ (b'{' | b'[') => {
+                    let slot = self.containers.len();
+                    self.containers.push((self.at, 0));
+                    self.at += 1;
+                    let closer = if opener == b'{' { b'}' } else { b']' };
+                    if self.peek() == closer {
+                        self.at += 1;
+                        self.containers[slot].1 = self.at;
+                    } else if opener == b'[' {
+                        open.push(Open::Array(slot));
+                        continue;
+                    } else {
+                        open.push(Open::Object(slot, None));
+                        if !self.key(&mut open) {
+                            return false;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => match string_end(self.bytes, self.at) {
+                    Some((end, _)) => self.at = end,
+                    None => return false,
+                },
+                b't' => {
+                    if !self.literal(b"true") {
+                        return false;
+                    }
+                }
+                b'f' => {
+                    if !self.literal(b"false") {
+                        return false;
+                    }
+                }
+                b'n' => {
+                    if !self.literal(b"null") {
+                        return false;
+                    }
+                }
+                b'-' | b'0'..=b'9' => {
+                    if !self.integer() {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+            // After a value: the next member or element, or the end of containers.
+            loop {
+                match (open.last(), self.peek()) {
+                    (None, _) => return self.at == self.bytes.len(),
+                    (Some(Open::Object(..)), b',') => {
+                        self.at += 1;
+                        if !self.key(&mut open) {
+                            return false;
+                        }
+                        break;
+                    }
+                    (Some(Open::Array(_)), b',') => {
+                        self.at += 1;
+                        break;
+                    }
+                    (Some(&Open::Object(slot, _)), b'}') | (Some(&Open::Array(slot)), b']') => {
+                        self.at += 1;
+                        self.containers[slot].1 = self.at;
+                        open.pop();
+                    }
+                    _ => return false,
+                }
+            }
+        }
+    }
+
+    /// A key and its colon: after the previous key, not the raw-value token.
+    fn key(&mut self, open: &mut [Open<'t>]) -> bool {
+        let start = self.at;
+        let Some((end, escaped)) = string_end(self.bytes, start) else {
+            return false;
+        };
+        let key = Key {
+            text: &self.bytes[start + 1..end - 1],
+            escaped,
+        };
+        if key.text.first() == Some(&b'$') && key.text.starts_with(b"$serde_json::private::") {
+            return false;
+        }
+        let Some(Open::Object(_, last)) = open.last_mut() else {
+            return false;
+        };
+        if let Some(last) = last
+            && !last.before(&key)
+        {
+            return false;
+        }
+        *last = Some(key);
+        self.at = end;
+        if self.peek() != b':' {
+            return false;
+        }
+        self.at += 1;
+        true
+    }
+
+    fn literal(&mut self, word: &[u8]) -> bool {
+        if self.bytes[self.at..].starts_with(word) {
+            self.at += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn integer(&mut self) -> bool {
+        let start = self.at;
+        let negative = self.bytes.get(start) == Some(&b'-');
+        let digits = &self.bytes[start + usize::from(negative)..];
+        let length = digits
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(digits.len());
+        let digits = &digits[..length];
+        self.at = start + usize::from(negative) + length;
+        if matches!(self.peek(), b'.' | b'e' | b'E') {
+            return false;
+        }
+        // serde_json read this text already, so this is only whether a `Value` holds it as an
+        // integer: -0 it holds as a float; up to 18 digits always fit; longer ones are parsed.
+        match (negative, digits) {
+            (_, []) | (_, [b'0', _, ..]) | (true, [b'0']) => false,
+            (_, digits) if digits.len() <= 18 => true,
+            _ => {
+                let text = std::str::from_utf8(&self.bytes[start..self.at]).unwrap_or_default();
+                if negative {
+                    text.parse::<i64>().is_ok()
+                } else {
+                    text.parse::<u64>().is_ok()
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::Value;
+
+    /// What a `Value` writes for the text.
+    fn rewritten(text: &str) -> String {
+        serde_json::to_string(&serde_json::from_str::<Value>(text).unwrap()).unwrap()
+    }
+
+    #[rstest]
+    #[case::a_compact_sorted_object(r#"{"a":1,"b":[true,false,null],"c":{"d":"e"}}"#)]
+    #[case::empty_containers_and_scalars(r#"[{},[],"",0,-1,18446744073709551615]"#)]
+    #[case::the_smallest_i64(r#"[-9223372036854775808]"#)]
+    #[case::escapes_serde_json_writes("[\"\\\"\\\\\\b\\f\\n\\r\\t\\u0001\\u001f\\u000b\"]")]
+    #[case::unicode_and_delete_written_raw("{\"z\":\"\u{7f}\",\"é\":\"Ω😀\"}")]
+    #[case::managed_fields_keys_with_escapes(r#"{"k:{\"a\":1}":{},"k:{\"b\":1}":{"\\":"\u0000"}}"#)]
+    #[case::keys_in_the_order_of_what_they_stand_for(r#"{"a\"":1,"a#":2}"#)]
+    #[case::a_key_sorting_before_the_raw_value_token(r#"{"$serde_json":1,"a":2}"#)]
+    fn canonical_text_is_what_a_value_writes(#[case] text: &str) {
+        assert!(Checked::of(text).is_some(), "{text} should be canonical");
+        assert_eq!(rewritten(text), text);
+    }
+
+    #[rstest]
+    #[case::whitespace(r#"{"a": 1}"#)]
+    #[case::keys_out_of_order(r#"{"b":1,"a":2}"#)]
+    #[case::a_duplicate_key(r#"{"a":1,"a":2}"#)]
+    #[case::an_escaped_key(r#"{"\u0061":1}"#)]
+    #[case::keys_in_the_raw_order_not_the_order_of_what_they_stand_for(r#"{"a#":2,"a\"":1}"#)]
+    #[case::an_escaped_slash(r#"["a\/b"]"#)]
+    #[case::an_escaped_printable_character(r#"["\u0041"]"#)]
+    #[case::an_upper_case_control_escape(r#"["\u001F"]"#)]
+    #[case::a_control_written_as_u_that_serde_writes_as_a_letter(r#"["\u000a"]"#)]
+    #[case::a_surrogate_pair(r#"["\ud83d\ude00"]"#)]
+    #[case::an_escaped_delete(r#"["\u007f"]"#)]
+    #[case::a_float(r#"[1.0]"#)]
+    #[case::an_exponent(r#"[1e3]"#)]
+    #[case::minus_zero(r#"[-0]"#)]
+    #[case::past_u64(r#"[18446744073709551616]"#)]
+    #[case::past_i64(r#"[-9223372036854775809]"#)]
+    #[case::the_raw_value_token(r#"{"$serde_json::private::RawValue":"[1]"}"#)]
+    #[case::trailing_text(r#"{"a":1}x"#)]
+    #[case::cut_short(r#"{"a":[1,"#)]
+    #[case::empty("")]
+    fn other_text_is_not_canonical(#[case] text: &str) {
+        assert_eq!(Checked::of(text), None, "{text} should not be canonical");
+    }
+
+    #[test]
+    fn the_word_scan_finds_the_first_special_byte_wherever_it_is() {
+        let plain = [b' ', b'a', 0x7f, 0xc3, 0xff, b'!', b'#', b'[', 0x21, 0x5b];
+        for special in [0x00, 0x1f, b'"', b'\\'] {
+            for length in 0..20 {
+                for at in 0..=length {
+                    let mut bytes: Vec<u8> = (0..length).map(|i| plain[i % plain.len()]).collect();
+                    if at < length {
+                        bytes[at] = special;
+                        // A second one after it must not move the answer.
+                        if at + 1 < length {
+                            bytes[at + 1] = b'"';
+                        }
+                    }
+                    assert_eq!(next_special(&bytes, 0), at, "{bytes:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn opening_and_writing_back_changes_nothing() {
+        let text = r#"{"a":{"b":[1,{"c":"d\"}"}],"e":"]"},"f":[],"k:{\"x\":1}":0}"#;
+        let checked = Checked::of(text).unwrap();
+        let mut doc = checked.document(0, text.len());
+        doc.member_mut("a")
+            .and_then(|a| a.member_mut("b"))
+            .and_then(|b| b.element_mut(1))
+            .and_then(Spliced::as_map_mut)
+            .unwrap();
+        assert!(doc.member_mut("k:{\"x\":1}").is_some());
+        assert_eq!(checked.write(&doc).as_deref(), Some(text));
+    }
+
+    #[test]
+    fn fills_go_in_key_order_and_replace_what_is_not_an_object() {
+        let text = r#"{"m":{"labels":null,"name":"x"},"z":1}"#;
+        let checked = Checked::of(text).unwrap();
+        let mut doc = checked.document(0, text.len());
+        let root = doc.as_map_mut().unwrap();
+        let labels = Spliced::map_at(Spliced::map_at(root, "m"), "labels");
+        Spliced::set(labels, "b", "2");
+        Spliced::set(labels, "a", "\"1\"");
+        let spec = Spliced::map_at(root, "a");
+        Spliced::set(spec, "k", "v");
+        assert_eq!(
+            checked.write(&doc).as_deref(),
+            Some(r#"{"a":{"k":"v"},"m":{"labels":{"a":"\"1\"","b":"2"},"name":"x"},"z":1}"#)
+        );
+    }
+
+    #[rstest]
+    #[case::the_object_of_the_request(&["request", "object"], Some(r#"{"a":[1]}"#))]
+    #[case::the_top(&[], Some(PAYLOAD))]
+    #[case::a_member_that_is_not_an_object(&["request", "uid"], None)]
+    #[case::through_a_member_that_is_not_an_object(&["request", "uid", "x"], None)]
+    #[case::a_missing_member(&["request", "oldObject"], None)]
+    #[case::a_key_that_only_prefixes_one(&["request", "obj"], None)]
+    fn finds_an_object_by_its_members(#[case] path: &[&str], #[case] found: Option<&str>) {
+        let checked = Checked::of(PAYLOAD).unwrap();
+        let text = checked
+            .object_at(path)
+            .map(|(start, end)| checked.text(start, end));
+        assert_eq!(text, found);
+    }
+
+    const PAYLOAD: &str =
+        r#"{"request":{"kind":{"kind":"Pod"},"object":{"a":[1]},"uid":"u"},"settings":{}}"#;
+}
