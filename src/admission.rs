@@ -306,7 +306,7 @@ fn review_pod(
         return match create_pod(&view, schema, &subject, contract) {
             Created::Decided(verdict) => verdict,
             Created::Mutate(mutation) => {
-                { mutate_pod(PodText::Raw(object), &view, mutation, &subject, contract) }
+                mutate_pod(PodText::Raw(object), &view, mutation, &subject, contract)
                     .unwrap_or_else(|| review_pod_typed(object, None, schema, &subject, contract))
             }
         };
