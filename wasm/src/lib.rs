@@ -13,7 +13,7 @@ mod cache;
 
 pub use cache::{ModuleCache, Origin};
 use jumppod_review::{Error, Policy, SettingsResponse, ValidationResponse};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -266,13 +266,26 @@ impl Instance {
     }
 
     pub fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
-        let payload = json!({"request": request, "settings": settings}).to_string();
-        let answer = self.call("validate", payload.as_bytes())?;
+        let answer = self.call("validate", &payload(request, settings))?;
         serde_json::from_slice(&answer).map_err(|source| Error::Answer {
             operation: "validate",
             source,
         })
     }
+}
+
+/// The `validate` payload as `json!({"request": request, "settings": settings})` writes it,
+/// written from the borrowed values: copying a 12 KB request into a new `Value` first was a
+/// tenth of the webhook's time per review.
+fn payload(request: &Value, settings: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(br#"{"request":"#);
+    // Writing a `Value` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut out, request);
+    out.extend_from_slice(br#","settings":"#);
+    let _ = serde_json::to_writer(&mut out, settings);
+    out.push(b'}');
+    out
 }
 
 /// The runtime capabilities a policy may call. This policy only logs.
@@ -291,5 +304,20 @@ fn capabilities(
         _ => {
             Err(format!("the capability {binding}/{namespace}/{operation} is not provided").into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_payload_is_what_json_writes() {
+        let request =
+            json!({"uid": "u", "object": {"metadata": {"name": "p\"q"}, "a": [1, 2.5, null]}});
+        let settings = json!({"cpu": "1"});
+        let written = json!({"request": request, "settings": settings}).to_string();
+        assert_eq!(payload(&request, &settings), written.into_bytes());
     }
 }
