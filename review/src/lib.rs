@@ -21,6 +21,20 @@ pub use response::{
 
 use serde_json::Value;
 
+/// The `validate` payload policy-server sends, as `json!({"request": request, "settings":
+/// settings})` writes it, written from the borrowed values: copying a 12 KB request into a new
+/// `Value` first was a tenth of the webhook's time per review.
+pub fn payload(request: &Value, settings: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(br#"{"request":"#);
+    // Writing a `Value` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut out, request);
+    out.extend_from_slice(br#","settings":"#);
+    let _ = serde_json::to_writer(&mut out, settings);
+    out.push(b'}');
+    out
+}
+
 /// A policy that judges AdmissionRequests, as policy-server calls it.
 pub trait Policy: Send + Sync {
     /// `validate` of one AdmissionRequest (camelCase, as the API server sends it).
@@ -28,4 +42,19 @@ pub trait Policy: Send + Sync {
 
     /// `validate_settings`.
     fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_payload_is_what_json_writes() {
+        let request =
+            json!({"uid": "u", "object": {"metadata": {"name": "p\"q"}, "a": [1, 2.5, null]}});
+        let settings = json!({"cpu": "1"});
+        let written = json!({"request": request, "settings": settings}).to_string();
+        assert_eq!(payload(&request, &settings), written.into_bytes());
+    }
 }

@@ -1,7 +1,7 @@
 use crate::{Error, Policy, SettingsResponse, ValidationResponse};
 use jumppod::Verdict;
 use jumppod::settings::Settings;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The policy's own code, compiled natively: the functions the Wasm guest calls
 /// (`jumppod::payload::decide` and the settings' contract), given the payload policy-server
@@ -13,8 +13,7 @@ impl Native {
     /// The typed verdict on one AdmissionRequest, before `validate` renders it: what a
     /// rejection found (container, resource, rule, values) as data.
     pub fn verdict(&self, request: &Value, settings: &Value) -> Verdict {
-        let payload = json!({"request": request, "settings": settings}).to_string();
-        jumppod::payload::decide(payload.as_bytes()).0
+        jumppod::payload::decide(&crate::payload(request, settings)).0
     }
 }
 
@@ -36,6 +35,7 @@ impl Policy for Native {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn pod_request(labels: Value, resources: Value) -> Value {
         json!({
