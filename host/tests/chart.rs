@@ -48,8 +48,8 @@ fn documents(yaml: &str) -> Vec<Value> {
         .collect()
 }
 
-/// `helm template jumppod CHART --namespace NS ARGS...`: the objects, or helm's error.
-fn template_in(namespace: &str, args: &[&str]) -> Result<Vec<Value>, String> {
+/// `helm template jumppod CHART --namespace NS ARGS...`: the manifests, or helm's error.
+fn template_text(namespace: &str, args: &[&str]) -> Result<String, String> {
     let out = helm()
         .args(["template", "jumppod"])
         .arg(chart())
@@ -58,10 +58,15 @@ fn template_in(namespace: &str, args: &[&str]) -> Result<Vec<Value>, String> {
         .output()
         .expect("helm runs");
     if out.status.success() {
-        Ok(documents(&text(&out.stdout)))
+        Ok(text(&out.stdout))
     } else {
         Err(text(&out.stderr))
     }
+}
+
+/// The objects `helm template` renders, or helm's error.
+fn template_in(namespace: &str, args: &[&str]) -> Result<Vec<Value>, String> {
+    template_text(namespace, args).map(|yaml| documents(&yaml))
 }
 
 fn template(args: &[&str]) -> Vec<Value> {
@@ -723,14 +728,7 @@ fn a_bad_value_is_refused_naming_it(#[case] values: &[&str], #[case] error: &str
 #[cfg(feature = "real-cluster")]
 mod real_cluster {
     use super::*;
-
-    fn admin_kubeconfig() -> PathBuf {
-        PathBuf::from(std::env::var_os("JUMPPOD_CLUSTER_DIR").expect(
-            "JUMPPOD_CLUSTER_DIR is not set: these tests run against the real control plane, \
-             inside `jumppod-controlplane run` (make unit)",
-        ))
-        .join("admin.kubeconfig")
-    }
+    use jumppod_testkit::cluster::admin_kubeconfig;
 
     fn kubectl(args: &[&str], stdin: Option<&str>) -> Output {
         use std::io::Write as _;
@@ -762,15 +760,7 @@ mod real_cluster {
     }
 
     fn rendered(namespace: &str, args: &[&str]) -> String {
-        let out = helm()
-            .args(["template", "jumppod"])
-            .arg(chart())
-            .args(["--namespace", namespace])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        text(&out.stdout)
+        template_text(namespace, args).unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
     }
 
     /// What `helm template` renders, applied with `kubectl apply --dry-run=server`: the API

@@ -9,8 +9,9 @@
 
 use jumppod::schema;
 use jumppod_host::Gate;
-use jumppod_host::api::{ClientOptions, Kube, client};
+use jumppod_host::api::Kube;
 use jumppod_plan::config::RawConfig;
+use jumppod_testkit::cluster::{admin, admin_kubeconfig, cluster_dir};
 use jumppod_testkit::wait_for_up_to as wait_for;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -31,23 +32,6 @@ use std::time::{Duration, Instant};
 /// what was free when it started (its own taint): a build on the machine would press it.
 const REAL_NODE: &str = "jumppod.test/real-node";
 
-fn cluster_dir() -> PathBuf {
-    PathBuf::from(std::env::var_os("JUMPPOD_CLUSTER_DIR").expect(
-        "JUMPPOD_CLUSTER_DIR is not set: run inside `jumppod-controlplane run --real-nodes 2 \
-         --real-node-image target/oci/jumppod.oci.tar` (make real-node-scenarios)",
-    ))
-}
-
-async fn admin() -> Client {
-    let (client, _) = client(&ClientOptions {
-        kubeconfig: Some(cluster_dir().join("admin.kubeconfig")),
-        ..ClientOptions::default()
-    })
-    .await
-    .expect("admin client");
-    client
-}
-
 /// `make image`'s reference (the Makefile exports it), split into repository and tag.
 fn image() -> (String, String) {
     let reference = std::env::var("JUMPPOD_IMAGE_REF")
@@ -63,7 +47,7 @@ fn helm(args: &[&str]) -> String {
         .expect("JUMPPOD_HELM is not set: the Makefile builds helm and exports its path");
     let out = Command::new(&helm)
         .args(args)
-        .env("KUBECONFIG", cluster_dir().join("admin.kubeconfig"))
+        .env("KUBECONFIG", admin_kubeconfig())
         .output()
         .expect("run helm");
     assert!(
@@ -205,7 +189,7 @@ impl Drop for Release {
         if self.installed {
             let _ = Command::new(std::env::var_os("JUMPPOD_HELM").unwrap_or_default())
                 .args(["uninstall", self.name, "--namespace", self.ns])
-                .env("KUBECONFIG", cluster_dir().join("admin.kubeconfig"))
+                .env("KUBECONFIG", admin_kubeconfig())
                 .output();
         }
     }
@@ -338,7 +322,7 @@ async fn finished_and_repaired(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_runs_two_controllers_from_the_local_image_one_leading_and_its_rbac_is_enough_to_repair_and_to_take_over()
  {
-    let client = admin().await;
+    let client = admin().await.client;
     let release = Release::install("jp", "chart-controller", json!({}));
     let ns = release.ns;
 
@@ -506,7 +490,7 @@ async fn create_namespace(client: &Client, ns: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_in_cluster_webhook_is_called_through_its_service_and_an_uninstall_leaves_nothing_that_blocks_pods()
  {
-    let client = admin().await;
+    let client = admin().await.client;
     // The webhook covers one namespace of this test only, so that scaling it to zero blocks
     // nothing of the other tests.
     let (covered, free) = ("chart-covered", "chart-free");
