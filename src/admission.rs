@@ -13,7 +13,7 @@ use crate::outlined::Outlined;
 use crate::rules::{self, Violation};
 use crate::schema::{self, Schema};
 use crate::settings::{Contract, Settings};
-use crate::splice::Checked;
+use crate::splice::{Checked, Span};
 use crate::verdict::{Mutated, Rejection, Verdict, Warning};
 use crate::view::{self, PodHead, PodView, Text};
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -60,12 +60,8 @@ pub enum Object<'r, 'a> {
 
 /// A created pod's JSON, which a mutation returns with the fills.
 pub enum PodText<'a> {
-    /// The span from `start` to `end` of a checked (canonical) payload.
-    Checked {
-        payload: Checked<'a>,
-        start: usize,
-        end: usize,
-    },
+    /// Found in a checked (canonical) payload.
+    Checked(Span<'a>),
     /// Any other JSON.
     Raw(&'a RawValue),
 }
@@ -368,11 +364,7 @@ fn mutate_pod(
 /// its own text with the fills spliced in (canonical text, the usual case), read whole but
 /// borrowed, or (a document a `Value` reads in a way of its own) into a `Value`.
 enum PodJson<'a> {
-    Spliced {
-        checked: Checked<'a>,
-        start: usize,
-        end: usize,
-    },
+    Spliced(Span<'a>),
     Borrowed(Json<'a>),
     Value(Value),
 }
@@ -380,23 +372,10 @@ enum PodJson<'a> {
 impl<'a> PodJson<'a> {
     fn read(object: PodText<'a>) -> Option<PodJson<'a>> {
         match object {
-            PodText::Checked {
-                payload,
-                start,
-                end,
-            } => Some(PodJson::Spliced {
-                checked: payload,
-                start,
-                end,
-            }),
-            PodText::Raw(raw) => match Checked::of(raw.get()) {
-                Some(checked) => Some(PodJson::Spliced {
-                    checked,
-                    start: 0,
-                    end: raw.get().len(),
-                }),
-                None => PodJson::whole(raw.get()),
-            },
+            PodText::Checked(span) => Some(PodJson::Spliced(span)),
+            PodText::Raw(raw) => Checked::of(raw.get())
+                .map(|checked| PodJson::Spliced(checked.whole()))
+                .or_else(|| PodJson::whole(raw.get())),
         }
     }
 
@@ -411,20 +390,11 @@ impl<'a> PodJson<'a> {
 
     fn write(self, mutation: &Mutation) -> Result<Mutated, serde_json::Error> {
         match self {
-            PodJson::Spliced {
-                checked,
-                start,
-                end,
-            } => {
-                let mut document = checked.document(start, end);
-                mutation.apply(&mut document);
-                match checked.write(&document) {
-                    Some(text) => Ok(Mutated::spliced(text)),
-                    // Checked text that did not open (not seen): read into a `Value` instead.
-                    None => PodJson::Value(serde_json::from_str(checked.text(start, end))?)
-                        .write(mutation),
-                }
-            }
+            PodJson::Spliced(span) => match span.fill(mutation) {
+                Some(text) => Ok(Mutated::spliced(text)),
+                // Checked text that did not open (not seen): read into a `Value` instead.
+                None => PodJson::Value(serde_json::from_str(span.text())?).write(mutation),
+            },
             PodJson::Borrowed(json) => {
                 // As long as the fills it borrows.
                 let mut json: Json<'_> = json;

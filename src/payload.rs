@@ -78,14 +78,8 @@ fn decide_quickly(bytes: &[u8]) -> Option<(Verdict, Option<Cow<'_, str>>)> {
     // in it by its members; any other is read a second time, keeping the object raw.
     let raw_object = || {
         let checked = std::str::from_utf8(bytes).ok().and_then(Checked::of);
-        if let Some(payload) = checked
-            && let Some((start, end)) = payload.object_at(&["request", "object"])
-        {
-            return Some(PodText::Checked {
-                payload,
-                start,
-                end,
-            });
+        if let Some(pod) = checked.and_then(|c| c.into_object_at(&["request", "object"])) {
+            return Some(PodText::Checked(pod));
         }
         serde_json::from_slice::<FullPayload>(bytes)
             .ok()?

@@ -14,7 +14,7 @@
 //! serde_json too; if its maps keep the API server's key order, its text is read whole, as
 //! before.
 
-use crate::mutate::Document;
+use crate::mutate::{Document, Mutation};
 use std::borrow::Cow;
 
 /// Canonical JSON text, and where each of its objects and arrays ends.
@@ -24,6 +24,30 @@ pub struct Checked<'t> {
     /// (start, end) of every object and array, by start: the check found them, so opening
     /// one skips its members' objects without reading them again.
     containers: Vec<(usize, usize)>,
+}
+
+/// A value of checked text (the whole text, or the object [`Checked::into_object_at`] found),
+/// to write back with a mutation's fills.
+#[derive(Debug, PartialEq)]
+pub struct Span<'t> {
+    checked: Checked<'t>,
+    start: usize,
+    end: usize,
+}
+
+impl<'t> Span<'t> {
+    /// The value's text with the fills written in; None if checked text did not open (not
+    /// seen: the caller then reads the value another way).
+    pub fn fill(&self, mutation: &Mutation) -> Option<String> {
+        let mut document = self.checked.document(self.start, self.end);
+        mutation.apply(&mut document);
+        self.checked.write(&document)
+    }
+
+    /// The value's text as it stands.
+    pub fn text(&self) -> &'t str {
+        self.checked.text(self.start, self.end)
+    }
 }
 
 /// A pod's JSON text, opened only where a fill reaches.
@@ -63,20 +87,37 @@ impl<'t> Checked<'t> {
         })
     }
 
+    /// The whole text as one value.
+    pub fn whole(self) -> Span<'t> {
+        let end = self.text.len();
+        Span {
+            checked: self,
+            start: 0,
+            end,
+        }
+    }
+
+    /// The object reached from the top by the members `path` ([`object_at`](Self::object_at)).
+    pub fn into_object_at(self, path: &[&str]) -> Option<Span<'t>> {
+        let (start, end) = self.object_at(path)?;
+        Some(Span {
+            checked: self,
+            start,
+            end,
+        })
+    }
+
     /// The text of a [`document`](Checked::document) of this text, None if any part was
     /// unreadable.
-    pub fn write(&self, document: &Spliced<'_>) -> Option<String> {
+    fn write(&self, document: &Spliced<'_>) -> Option<String> {
         // Room for the text and the fills: one allocation.
         let mut out = String::with_capacity(self.text.len() + 512);
         document.write_into(&mut out)?;
         Some(out)
     }
 
-    /// The value from `start` to `end` (the whole text, or a span [`object_at`] found) as a
-    /// document to fill in.
-    ///
-    /// [`object_at`]: Checked::object_at
-    pub fn document(&self, start: usize, end: usize) -> Spliced<'_> {
+    /// The value from `start` to `end` as a document to fill in.
+    fn document(&self, start: usize, end: usize) -> Spliced<'_> {
         Spliced::Text {
             source: self,
             start,
@@ -85,14 +126,14 @@ impl<'t> Checked<'t> {
     }
 
     /// The text from `start` to `end` (empty if that is not a span of it).
-    pub fn text(&self, start: usize, end: usize) -> &'t str {
+    fn text(&self, start: usize, end: usize) -> &'t str {
         self.text.get(start..end).unwrap_or_default()
     }
 
     /// The span of the object reached from the top by the members `path`, if the top and
     /// each member on the way are objects. Keys are distinct and unescaped in checked text,
     /// so this is the object serde_json's derived readers would take there.
-    pub fn object_at(&self, path: &[&str]) -> Option<(usize, usize)> {
+    fn object_at(&self, path: &[&str]) -> Option<(usize, usize)> {
         let is_object = |start: usize| self.text.as_bytes().get(start) == Some(&b'{');
         let (mut start, mut end) = (0, self.text.len());
         for key in path {
