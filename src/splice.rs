@@ -8,11 +8,11 @@
 //! time ([`Spliced`]) and every other member is copied as it stands. So the answer is byte for
 //! byte what a `Value` would write. Any other text is read whole by [`crate::json`].
 //!
-//! `jumppod`'s own hosts (`webhook`, `eval`, the gate) write the payload from a `Value`, so its
-//! object is canonical unless the request held something a `Value` rewrites (a float, `\u`
-//! escapes of printable characters, duplicate keys). policy-server writes the request with
-//! serde_json too; if its maps keep the API server's key order, its text is read whole, as
-//! before.
+//! `eval` and the gate write the payload from a `Value`, so its object is canonical unless the
+//! request held something a `Value` rewrites (a float, `\u` escapes of printable characters,
+//! duplicate keys). `jumppod webhook` forwards the request as the API server wrote it: Go
+//! writes fields in their declared order, not sorted, so there the pod is read whole; so it is
+//! under policy-server if its maps keep the API server's key order.
 
 use crate::mutate::{Document, Mutation};
 use std::borrow::Cow;

@@ -73,5 +73,13 @@ for entry in "${requests[@]}"; do
     END {printf "%-24s %9.0f %9s %9s\n", name, rps, p50, p99}' "$work/wrk-$name.txt"
 done
 
+# No review under the load failed: a refusal because the policy failed (a trap, the deadline,
+# no instance) is an HTTP 200 too, which wrk does not count; the webhook logs it as a warning.
+if grep -q 'the policy failed' "$work/stderr"; then
+  grep -m 3 'the policy failed' "$work/stderr" >&2
+  echo "$(grep -c 'the policy failed' "$work/stderr") reviews failed during the load" >&2
+  exit 1
+fi
+
 printf 'ready after %d ms; RSS at rest after start %s MiB (peak while starting %s MiB); after the load RSS %s MiB, peak %s MiB\n' \
   "$ready_ms" "$rest_rss" "$start_peak" "$(status VmRSS)" "$(status VmHWM)"

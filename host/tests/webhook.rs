@@ -402,7 +402,7 @@ async fn an_unknown_path_or_method_gets_404_naming_post_mutate_and_validate() {
 /// (a second review gets the same answer, the probe still answers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_past_its_deadline_is_refused_with_500_and_the_webhook_serves_on() {
-    let webhook = Webhook::start(&spin_wasm()).await;
+    let mut webhook = Webhook::start(&spin_wasm()).await;
     let body = fixture("admission_review_legacy_bare_pod_create.json");
     for attempt in ["first", "second"] {
         let review = webhook.review(&body).await;
@@ -420,6 +420,15 @@ async fn a_policy_past_its_deadline_is_refused_with_500_and_the_webhook_serves_o
             "{attempt}: the deadline's trap, named: {message}"
         );
         assert!(response.get("patch").is_none(), "{attempt}: {review}");
+        // The operator sees it at the default level (warn), naming the review.
+        let logged = webhook
+            .log
+            .wait_for("the policy failed; the review is refused")
+            .await;
+        assert!(
+            logged.contains("WARN") && logged.contains("9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41"),
+            "{logged}"
+        );
     }
     assert_eq!(webhook.request("GET", "/healthz", "").await.0, 200);
 }

@@ -18,8 +18,10 @@ impl Native {
 }
 
 impl Policy for Native {
-    fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
-        Ok(ValidationResponse::from(&self.verdict(request, settings)))
+    fn validate_payload(&self, payload: &[u8]) -> Result<ValidationResponse, Error> {
+        Ok(ValidationResponse::from(
+            &jumppod::payload::decide(payload).0,
+        ))
     }
 
     fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error> {

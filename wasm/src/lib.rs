@@ -231,8 +231,8 @@ fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
 }
 
 impl Policy for WasmPolicy {
-    fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
-        self.instance()?.validate(request, settings)
+    fn validate_payload(&self, payload: &[u8]) -> Result<ValidationResponse, Error> {
+        self.instance()?.validate_payload(payload)
     }
 
     fn validate_settings(&self, settings: &Value) -> Result<SettingsResponse, Error> {
@@ -266,7 +266,11 @@ impl Instance {
     }
 
     pub fn validate(&self, request: &Value, settings: &Value) -> Result<ValidationResponse, Error> {
-        let answer = self.call("validate", &jumppod_review::payload(request, settings))?;
+        self.validate_payload(&jumppod_review::payload(request, settings))
+    }
+
+    pub fn validate_payload(&self, payload: &[u8]) -> Result<ValidationResponse, Error> {
+        let answer = self.call("validate", payload)?;
         serde_json::from_slice(&answer).map_err(|source| Error::Answer {
             operation: "validate",
             source,

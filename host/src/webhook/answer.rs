@@ -21,6 +21,13 @@ pub fn request_uid(body: &[u8]) -> Option<String> {
     found.filter(|uid| !uid.is_empty())
 }
 
+/// `uid` of an AdmissionRequest written as JSON: the first one, if it is a non-empty string.
+pub fn uid_of_request(request: &str) -> Option<String> {
+    let mut found = None;
+    let _ = Request(&mut found).deserialize(&mut serde_json::Deserializer::from_str(request));
+    found.filter(|uid| !uid.is_empty())
+}
+
 const FOUND: &str = "uid found";
 
 struct Review<'a>(&'a mut Option<String>);

@@ -15,7 +15,9 @@ mod serve;
 pub use configuration::{Endpoint, Kind, Scope, configuration};
 pub use serve::{Options, serve};
 
-use jumppod_review::{Policy, admission_response};
+use jumppod_review::{Policy, ValidationResponse, admission_response};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// The path the MutatingWebhookConfiguration points at.
@@ -23,53 +25,96 @@ pub const PATH: &str = "/mutate";
 /// The path the ValidatingWebhookConfiguration points at: [`validate`].
 pub const VALIDATE_PATH: &str = "/validate";
 
+/// The operator's settings as each pass sends them to the policy, written once at start.
+pub struct Settings {
+    mutating: String,
+    validating: String,
+}
+
+impl Settings {
+    pub fn new(settings: &Value) -> Settings {
+        Settings {
+            mutating: settings.to_string(),
+            validating: validating_settings(settings).to_string(),
+        }
+    }
+}
+
+/// An AdmissionReview as far as the webhook reads it: the request is forwarded to the policy as
+/// the API server wrote it, not read into a `Value` and written again (for a 12 KB pod that was
+/// most of the webhook's own time per review).
+#[derive(Deserialize)]
+struct Body<'a> {
+    kind: Option<Value>,
+    #[serde(rename = "apiVersion")]
+    api_version: Option<Value>,
+    #[serde(borrow)]
+    request: Option<&'a RawValue>,
+}
+
 /// The AdmissionReview answering one request body. A body that is not an AdmissionReview v1
 /// with a request is refused (allowed: false, code 400) with what is wrong; a policy that
 /// fails (a trap, the deadline) refuses with code 500, as policy-server does.
-pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
-    let refuse = |uid: &Value, code: u16, message: String| json!({"uid": uid, "allowed": false, "status": {"code": code, "message": message}});
-    let document: Result<Value, _> = serde_json::from_slice(body);
-    let response = match &document {
-        Err(e) => refuse(
-            &json!(answer::request_uid(body).unwrap_or_default()),
-            400,
-            format!("jumppod webhook: the body is not JSON: {e}"),
-        ),
-        Ok(document) => {
-            let request = document.get("request");
-            let uid = request
-                .and_then(|r| r.get("uid"))
-                .cloned()
-                .unwrap_or(json!(""));
-            match (document.get("kind"), document.get("apiVersion"), request) {
-                (Some(k), Some(v), Some(request))
-                    if k == "AdmissionReview"
-                        && v == "admission.k8s.io/v1"
-                        && request.is_object()
-                        && uid.as_str().is_some_and(|u| !u.is_empty()) =>
-                {
-                    match policy.validate(request, settings) {
-                        Ok(answer) => fitted(admission_response(request, &answer)),
-                        Err(e) => refuse(
-                            &uid,
-                            500,
-                            format!("jumppod webhook: the policy failed: {}", report(&e)),
-                        ),
-                    }
-                }
-                (kind, version, _) => refuse(
-                    &uid,
-                    400,
-                    format!(
-                        "jumppod webhook: expected an AdmissionReview (admission.k8s.io/v1) with a request and its uid, got kind {}, apiVersion {}",
-                        kind.map_or("none".into(), Value::to_string),
-                        version.map_or("none".into(), Value::to_string)
-                    ),
-                ),
-            }
+pub fn review(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
+    envelope(answer(policy, &settings.mutating, body))
+}
+
+fn answer(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
+    let document: Body = match serde_json::from_slice(body) {
+        Ok(document) => document,
+        Err(e) => {
+            let what = match e.classify() {
+                serde_json::error::Category::Data => "is not an AdmissionReview",
+                _ => "is not JSON",
+            };
+            return refuse(
+                &json!(answer::request_uid(body).unwrap_or_default()),
+                400,
+                format!("jumppod webhook: the body {what}: {e}"),
+            );
         }
     };
-    envelope(response)
+    let request = document.request.filter(|r| r.get().starts_with('{'));
+    let uid = request.and_then(|r| answer::uid_of_request(r.get()));
+    match (&document.kind, &document.api_version, request, uid) {
+        (Some(k), Some(v), Some(request), Some(uid))
+            if k == "AdmissionReview" && v == "admission.k8s.io/v1" =>
+        {
+            let payload = jumppod_review::payload_of_text(request.get(), settings);
+            match policy.validate_payload(&payload) {
+                Ok(answer) => fitted(admitted(request, &uid, &answer)),
+                Err(e) => {
+                    let error = report(&e);
+                    // Not the request's fault: the operator sees it at the default level.
+                    tracing::warn!(%uid, %error, "the policy failed; the review is refused");
+                    refuse(
+                        &json!(uid),
+                        500,
+                        format!("jumppod webhook: the policy failed: {error}"),
+                    )
+                }
+            }
+        }
+        (kind, version, _, uid) => refuse(
+            &json!(uid.unwrap_or_default()),
+            400,
+            format!(
+                "jumppod webhook: expected an AdmissionReview (admission.k8s.io/v1) with a request and its uid, got kind {}, apiVersion {}",
+                kind.as_ref().map_or("none".into(), Value::to_string),
+                version.as_ref().map_or("none".into(), Value::to_string)
+            ),
+        ),
+    }
+}
+
+/// The AdmissionResponse of the policy's answer. The request is read whole only for a
+/// mutation, whose patch is the difference from the request's object.
+fn admitted(request: &RawValue, uid: &str, answer: &ValidationResponse) -> Value {
+    let read = match answer.mutated_object {
+        Some(_) => serde_json::from_str(request.get()).ok(),
+        None => None,
+    };
+    admission_response(&read.unwrap_or_else(|| json!({"uid": uid})), answer)
 }
 
 /// The validating pass: the policy's verdict on the object as it will be stored, after every
@@ -78,12 +123,12 @@ pub fn review(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
 /// policy runs with mutation off, so what a later mutation left out (a sidecar without
 /// resources) is refused naming what is missing instead of being patched in: a validating
 /// webhook cannot patch.
-pub fn validate(policy: &dyn Policy, settings: &Value, body: &[u8]) -> Value {
-    validation(review(policy, &validating_settings(settings), body))
+pub fn validate(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
+    validation(envelope(answer(policy, &settings.validating, body)))
 }
 
 /// The settings of the validating pass: the operator's, with `mutate` off.
-pub fn validating_settings(settings: &Value) -> Value {
+fn validating_settings(settings: &Value) -> Value {
     let mut settings = match settings {
         Value::Object(_) => settings.clone(),
         _ => json!({}),
@@ -150,7 +195,7 @@ mod tests {
     use rstest::rstest;
 
     fn answer(body: &[u8]) -> Value {
-        review(&Native, &json!({}), body)["response"].clone()
+        review(&Native, &Settings::new(&json!({})), body)["response"].clone()
     }
 
     #[rstest]
@@ -302,7 +347,12 @@ mod tests {
         let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
         json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
         let validated = |body: &Value| {
-            validate(&Native, &json!({}), body.to_string().as_bytes())["response"].clone()
+            validate(
+                &Native,
+                &Settings::new(&json!({})),
+                body.to_string().as_bytes(),
+            )["response"]
+                .clone()
         };
         assert_eq!(
             validated(&body),

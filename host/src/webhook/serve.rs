@@ -2,7 +2,7 @@
 //! routes (`POST /mutate`, `/healthz`, `/readyz`).
 
 use super::reload::Reloading;
-use super::{PATH, VALIDATE_PATH, envelope, refuse, review, validate};
+use super::{PATH, Settings, VALIDATE_PATH, envelope, refuse, review, validate};
 use crate::error::HostError;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
@@ -85,7 +85,7 @@ pub async fn serve(
     );
     let state = Arc::new(State {
         policy: OnceLock::new(),
-        settings: options.settings,
+        settings: Arc::new(Settings::new(&options.settings)),
         evaluating: evaluations(),
     });
     // wasmtime compiles synchronously: on the blocking pool, while the probes are answered.
@@ -148,7 +148,7 @@ pub async fn serve(
 /// What the connections share: the policy once it is compiled and its settings accepted.
 struct State {
     policy: OnceLock<Arc<dyn Policy>>,
-    settings: Value,
+    settings: Arc<Settings>,
     /// A permit per evaluation running.
     evaluating: Arc<tokio::sync::Semaphore>,
 }
@@ -263,7 +263,7 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, (Bytes, String)> {
 async fn handle(
     req: Request<Incoming>,
     policy: &Arc<dyn Policy>,
-    settings: &Value,
+    settings: &Arc<Settings>,
     evaluating: &Arc<tokio::sync::Semaphore>,
 ) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
