@@ -90,7 +90,14 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
                 key: tls_key,
                 load: Box::new(move || {
                     // Compiled on every start, not cached: what a pod does on its first start.
-                    let module = crate::eval::load_checked(&module.policy, &checked, None)?;
+                    let module = crate::eval::load_checked(
+                        &module.policy,
+                        &checked,
+                        None,
+                        jumppod_wasm::Instances::Pooled {
+                            slots: crate::webhook::evaluations_at_once(),
+                        },
+                    )?;
                     Ok(std::sync::Arc::new(module) as std::sync::Arc<dyn jumppod_review::Policy>)
                 }),
                 settings,

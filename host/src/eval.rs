@@ -3,7 +3,7 @@
 use crate::error::HostError;
 use jumppod_plan::config::ConfigError;
 use jumppod_review::{Policy, admission_response, decode_patch, request_of};
-use jumppod_wasm::{ModuleCache, WasmPolicy};
+use jumppod_wasm::{Instances, ModuleCache, WasmPolicy};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -25,7 +25,12 @@ pub fn eval(
         .iter()
         .map(|file| read(file))
         .collect::<Result<Vec<_>, _>>()?;
-    let policy = load_checked(module, settings, ModuleCache::user().as_ref())?;
+    let policy = load_checked(
+        module,
+        settings,
+        ModuleCache::user().as_ref(),
+        Instances::OnDemand,
+    )?;
     documents
         .iter()
         .zip(files)
@@ -45,8 +50,9 @@ pub fn load_checked(
     module: &Path,
     settings: &Value,
     cache: Option<&ModuleCache>,
+    instances: Instances,
 ) -> Result<WasmPolicy, HostError> {
-    let policy = WasmPolicy::from_file_cached(module, cache)?;
+    let policy = WasmPolicy::from_file_cached(module, cache, instances)?;
     tracing::info!(module = %module.display(), origin = ?policy.origin(), "policy module loaded");
     let verdict = policy.validate_settings(settings)?;
     if !verdict.valid {

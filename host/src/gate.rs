@@ -78,6 +78,7 @@ impl Gate {
                 Arc::new(jumppod_wasm::WasmPolicy::from_file_cached(
                     path,
                     cache.as_ref(),
+                    jumppod_wasm::Instances::OnDemand,
                 )?)
             }
         };

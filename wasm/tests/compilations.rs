@@ -5,7 +5,7 @@
 //! exhausted the Wasm stack).
 
 use jumppod_review::Policy;
-use jumppod_wasm::WasmPolicy;
+use jumppod_wasm::{Instances, WasmPolicy};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -34,11 +34,16 @@ fn fixtures() -> Vec<(PathBuf, Value)> {
     found
 }
 
-#[test]
-fn the_lean_compilation_answers_every_fixture_as_policy_servers_does() {
+/// The lean compilation, and its instances taken from a pool of one slot (each fixture on the
+/// memory the one before it used, put back), answer every fixture as policy-server's
+/// compilation on fresh mappings does.
+#[rstest::rstest]
+#[case::on_fresh_mappings(Instances::OnDemand)]
+#[case::from_a_pool_of_one_slot(Instances::Pooled { slots: 1 })]
+fn the_lean_compilation_answers_every_fixture_as_policy_servers_does(#[case] instances: Instances) {
     let module = module();
     let policy_server = WasmPolicy::from_file(&module).expect("compiled as policy-server does");
-    let lean = WasmPolicy::from_file_cached(&module, None).expect("compiled lean");
+    let lean = WasmPolicy::from_file_cached(&module, None, instances).expect("compiled lean");
     let fixtures = fixtures();
     assert!(fixtures.len() > 30, "{} fixtures", fixtures.len());
     for (path, request) in fixtures {

@@ -13,7 +13,7 @@ mod reload;
 mod serve;
 
 pub use configuration::{Endpoint, Kind, Scope, configuration};
-pub use serve::{Options, serve};
+pub use serve::{Options, evaluations_at_once, serve};
 
 use jumppod_review::{Policy, ValidationResponse, admission_response};
 use serde::Deserialize;

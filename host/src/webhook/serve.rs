@@ -158,8 +158,13 @@ struct State {
 /// threads), 8 connections on 2 cores made 10 threads share 2 cores: the p99 was 2-3x what it
 /// is with the others waiting for a permit (`make bench-webhook`).
 fn evaluations() -> Arc<tokio::sync::Semaphore> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Arc::new(tokio::sync::Semaphore::new(cores))
+    Arc::new(tokio::sync::Semaphore::new(evaluations_at_once() as usize))
+}
+
+/// How many reviews are evaluated at a time: one per core. The module's instance pool has as
+/// many slots, so a review never waits for one.
+pub fn evaluations_at_once() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
 }
 
 /// One connection: the TLS handshake, then HTTP/1.1 until the client closes it or the server
