@@ -60,7 +60,7 @@ pub enum Object<'r, 'a> {
 
 /// A created pod's JSON, which a mutation returns with the fills.
 pub enum PodText<'a> {
-    /// Found in a checked (canonical) payload.
+    /// Found in a checked payload.
     Checked(Span<'a>),
     /// Any other JSON.
     Raw(&'a RawValue),
@@ -360,9 +360,10 @@ fn mutate_pod(
     ))
 }
 
-/// A pod's JSON, read to be written back with the fills, each way writing what a `Value` would:
-/// its own text with the fills spliced in (canonical text, the usual case), read whole but
-/// borrowed, or (a document a `Value` reads in a way of its own) into a `Value`.
+/// A pod's JSON, read to be written back with the fills, each way the value a `Value` would
+/// write: its own text with the fills spliced in (checked compact text, the usual case; byte for
+/// byte a `Value`'s where the text is serde_json's), read whole but borrowed, or (a document a
+/// `Value` reads in a way of its own) into a `Value`.
 enum PodJson<'a> {
     Spliced(Span<'a>),
     Borrowed(Json<'a>),

@@ -73,9 +73,10 @@ fn decide_quickly(bytes: &[u8]) -> Option<(Verdict, Option<Cow<'_, str>>)> {
     let view::Object(payload) = serde_json::from_slice::<view::Object<QuickPayload>>(bytes).ok()?;
     let view::Object(request) = payload.request?;
     let kind = request.kind.as_ref();
-    // Only a mutation needs the pod's JSON (it returns the pod whole). A payload written as
-    // serde_json writes it (as jumppod's hosts send it) is checked once and the object found
-    // in it by its members; any other is read a second time, keeping the object raw.
+    // Only a mutation needs the pod's JSON (it returns the pod whole). A compact payload (as
+    // the API server, policy-server and jumppod's hosts write it) is checked once and the
+    // object found in it by its members; any other is read a second time, keeping the object
+    // raw.
     let raw_object = || {
         let checked = std::str::from_utf8(bytes).ok().and_then(Checked::of);
         if let Some(pod) = checked.and_then(|c| c.into_object_at(&["request", "object"])) {

@@ -1,23 +1,24 @@
 //! The mutated pod written as the request's own text with the fills spliced in.
 //!
 //! A mutation answers the whole pod, and reading all of it into a tree to write it again was
-//! most of the mutation's cost. Where the request's text is already what serde_json writes for
-//! a `Value` read from it ([`Checked`]: compact, each object's keys distinct and in order,
-//! strings escaped as serde_json escapes them, integers only), the answer is that text with
-//! the fills written into the few objects they reach: those objects are opened one level at a
-//! time ([`Spliced`]) and every other member is copied as it stands. So the answer is byte for
-//! byte what a `Value` would write. Any other text is read whole by [`crate::json`].
+//! most of the mutation's cost. Where the request's text is compact JSON that reads the same
+//! however it is read ([`Checked`]: no whitespace, each object's keys distinct, JSON's escapes
+//! with surrogates paired, integers only), the answer is that text with the fills written into
+//! the few objects they reach: those objects are opened one level at a time ([`Spliced`]) and
+//! every other member is copied as it stands. A fill goes in key order into an object whose
+//! keys are in order, else last. Any other text is read whole by [`crate::json`].
 //!
-//! `eval` and the gate write the payload from a `Value`, so its object is canonical unless the
-//! request held something a `Value` rewrites (a float, `\u` escapes of printable characters,
-//! duplicate keys). `jumppod webhook` forwards the request as the API server wrote it: Go
-//! writes fields in their declared order, not sorted, so there the pod is read whole; so it is
-//! under policy-server if its maps keep the API server's key order.
+//! So the answer is the same value as a whole read's, and the same JSONPatch from the request
+//! (the patch is the difference of the two values). Where the text is what serde_json writes for
+//! a `Value` (keys in order, serde_json's escapes), as `eval`, the gate and kwctl write the
+//! payload, the answer is byte for byte what a `Value` would write. `jumppod webhook` forwards
+//! the API server's own text: Go writes fields in their declared order and escapes `<`, `>` and
+//! `&` as `\u003c`, `\u003e` and `\u0026`, which the answer keeps.
 
 use crate::mutate::{Document, Mutation};
 use std::borrow::Cow;
 
-/// Canonical JSON text, and where each of its objects and arrays ends.
+/// Checked JSON text ([`Checker`]), and where each of its objects and arrays ends.
 #[derive(Debug, PartialEq)]
 pub struct Checked<'t> {
     text: &'t str,
@@ -53,7 +54,7 @@ impl<'t> Span<'t> {
 /// A pod's JSON text, opened only where a fill reaches.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Spliced<'a> {
-    /// Canonical text from `start` to `end` of the checked text, written as it stands.
+    /// Checked text from `start` to `end`, written as it stands.
     Text {
         source: &'a Checked<'a>,
         start: usize,
@@ -73,13 +74,14 @@ pub enum Spliced<'a> {
 pub type Members<'a> = Vec<(Cow<'a, str>, Spliced<'a>)>;
 
 impl<'t> Checked<'t> {
-    /// The text, if it is canonical.
+    /// The text, if it passes the [`Checker`].
     pub fn of(text: &'t str) -> Option<Checked<'t>> {
         let mut checker = Checker {
             bytes: text.as_bytes(),
             at: 0,
             // About one object or array per 32 bytes in a pod with managed fields.
             containers: Vec::with_capacity(text.len() / 32),
+            keys: Vec::with_capacity(64),
         };
         checker.check().then_some(Checked {
             text,
@@ -288,8 +290,17 @@ fn push_string(out: &mut String, text: &str) {
     }
 }
 
+/// Where `key` is among the members, or where a fill of it goes: in key order among members in
+/// key order (as a `Value` writes them), else last.
 fn position(members: &Members<'_>, key: &str) -> Result<usize, usize> {
-    members.binary_search_by(|(k, _)| k.as_bytes().cmp(key.as_bytes()))
+    if let Some(at) = members.iter().position(|(k, _)| k == key) {
+        return Ok(at);
+    }
+    let sorted = members.windows(2).all(|pair| pair[0].0 < pair[1].0);
+    Err(match sorted {
+        true => members.partition_point(|(k, _)| k.as_ref() < key),
+        false => members.len(),
+    })
 }
 
 /// The walk of [`crate::mutate::Mutation::apply`], as over a `Value`.
@@ -344,8 +355,8 @@ impl<'a> Document<'a> for Spliced<'a> {
 }
 
 /// Just past the closing quote of the string whose opening quote is at `at`, and whether it
-/// has escapes; None if it is not escaped as serde_json escapes (`\"`, `\\`, `\b`, `\f`,
-/// `\n`, `\r`, `\t`, and `\u00xx` in lower case for the other control characters).
+/// has escapes; None if an escape is not JSON's (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`,
+/// `\t`, `\uXXXX`) or is half a surrogate pair (serde_json refuses to read it as a string).
 fn string_end(bytes: &[u8], at: usize) -> Option<(usize, bool)> {
     if bytes.get(at) != Some(&b'"') {
         return None;
@@ -359,13 +370,40 @@ fn string_end(bytes: &[u8], at: usize) -> Option<(usize, bool)> {
             b'\\' => {
                 escaped = true;
                 match bytes.get(i + 1)? {
-                    b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                    b'u' if control_escape(bytes.get(i + 2..i + 6)?) => i += 6,
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    b'u' => i = unicode_escape(bytes, i)?.1,
                     _ => return None,
                 }
             }
             _ => return None,
         }
+    }
+}
+
+/// The character of the `\uXXXX` escape (or surrogate pair of two) whose backslash is at `at`,
+/// and where it ends. Go's encoder writes `<`, `>` and `&` so (`\u003c`, `\u003e`, `\u0026`),
+/// and the API server's text is written by Go.
+fn unicode_escape(bytes: &[u8], at: usize) -> Option<(char, usize)> {
+    let hex = |from: usize| -> Option<u32> {
+        let digits = bytes.get(from..from + 4)?;
+        digits.iter().try_fold(0, |code, &digit| {
+            Some(code * 16 + char::from(digit).to_digit(16)?)
+        })
+    };
+    let code = hex(at + 2)?;
+    match code {
+        0xd800..=0xdbff => {
+            if bytes.get(at + 6..at + 8)? != b"\\u" {
+                return None;
+            }
+            let low = hex(at + 8)?;
+            if !(0xdc00..=0xdfff).contains(&low) {
+                return None;
+            }
+            let code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
+            Some((char::from_u32(code)?, at + 12))
+        }
+        _ => Some((char::from_u32(code)?, at + 6)),
     }
 }
 
@@ -401,38 +439,29 @@ fn special(word: u64) -> u64 {
     below(quote, 1) | below(backslash, 1) | below(word, 0x20)
 }
 
-/// `00xx` after `\u`: a control character serde_json writes as `\u00xx` (lower case), not
-/// one of the five it writes with a letter.
-fn control_escape(hex: &[u8]) -> bool {
-    let [b'0', b'0', high @ (b'0' | b'1'), low] = hex else {
-        return false;
-    };
-    let low = match low {
-        b'0'..=b'9' => low - b'0',
-        b'a'..=b'f' => low - b'a' + 10,
-        _ => return false,
-    };
-    let code = (high - b'0') * 16 + low;
-    !matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d)
-}
-
-/// Checks that the text is one JSON value serde_json writes back unchanged when it reads it
-/// into a `Value`: no whitespace; each object's keys distinct and in the byte order of what
-/// they stand for (a `Value`'s map is a `BTreeMap`: no `preserve_order`), none of them
-/// serde_json's private raw-value token (a `Value` reads such a map as the JSON in its
-/// string); strings escaped as serde_json escapes ([`string_end`]); numbers integers that fit
-/// an `i64` or a `u64`, and not `-0` (a `Value` holds any other number as an `f64`, written
-/// its own way).
+/// Checks that the text is one compact JSON value that reads the same however it is read and
+/// can be filled in where it stands: no whitespace; each object's keys distinct (whatever their
+/// order), none of them serde_json's private raw-value token (a `Value` reads such a map as the
+/// JSON in its string); strings with JSON's escapes, surrogates paired ([`string_end`]);
+/// numbers integers that fit an `i64` or a `u64`, and not `-0` (a `Value` holds any other
+/// number as an `f64`, written its own way). Where the keys are also in order and the strings
+/// escaped as serde_json escapes them, the text is what a `Value` read from it writes.
 struct Checker<'t> {
     bytes: &'t [u8],
     at: usize,
     containers: Vec<(usize, usize)>,
+    /// The keys of the objects open, outermost first.
+    keys: Vec<Key<'t>>,
 }
 
 /// What an open container expects next, and its slot in `containers`.
-enum Open<'t> {
-    /// An object, and its last key (none before the first).
-    Object(usize, Option<Key<'t>>),
+enum Open {
+    /// An object: where its keys start in `keys`, and whether they are in order so far.
+    Object {
+        slot: usize,
+        keys: usize,
+        sorted: bool,
+    },
     Array(usize),
 }
 
@@ -443,41 +472,59 @@ struct Key<'t> {
 }
 
 impl Key<'_> {
-    /// Whether this key sorts before `other` in a `BTreeMap<String, _>`: by the bytes they
-    /// stand for (`k:{\"name\":...}` keys of managed fields carry escapes).
-    fn before(&self, other: &Key<'_>) -> bool {
+    /// How this key sorts against `other` in a `BTreeMap<String, _>`: by the bytes they stand
+    /// for (`k:{\"name\":...}` keys of managed fields carry escapes).
+    fn order(&self, other: &Key<'_>) -> std::cmp::Ordering {
         if self.escaped || other.escaped {
-            unescaped(self.text).lt(unescaped(other.text))
+            unescaped(self.text).cmp(unescaped(other.text))
         } else {
-            self.text < other.text
+            self.text.cmp(other.text)
         }
     }
 }
 
-/// The bytes a checked string's text stands for.
+/// Whether no two of the keys stand for the same string (they are sorted to find out).
+fn distinct(keys: &mut [Key<'_>]) -> bool {
+    keys.sort_unstable_by(Key::order);
+    keys.windows(2).all(|pair| pair[0].order(&pair[1]).is_lt())
+}
+
+/// The bytes (UTF-8) a checked string's text stands for.
 fn unescaped(text: &[u8]) -> impl Iterator<Item = u8> + '_ {
     let mut i = 0;
+    // The rest of a `\u` escape's character past its first byte.
+    let mut pending = [0u8; 4];
+    let (mut next, mut end) = (0, 0);
     std::iter::from_fn(move || {
+        if next < end {
+            next += 1;
+            return Some(pending[next - 1]);
+        }
         let byte = *text.get(i)?;
         if byte != b'\\' {
             i += 1;
             return Some(byte);
         }
         let escape = *text.get(i + 1)?;
-        i += 2;
         Some(match escape {
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'n' => b'\n',
-            b'r' => b'\r',
-            b't' => b'\t',
             b'u' => {
-                // \u00xx, checked: the last two hex digits.
-                let code = text.get(i + 2..i + 4)?;
-                i += 4;
-                u8::from_str_radix(std::str::from_utf8(code).ok()?, 16).ok()?
+                let (character, after) = unicode_escape(text, i)?;
+                i = after;
+                end = character.encode_utf8(&mut pending).len();
+                next = 1;
+                pending[0]
             }
-            quoted => quoted,
+            _ => {
+                i += 2;
+                match escape {
+                    b'b' => 0x08,
+                    b'f' => 0x0c,
+                    b'n' => b'\n',
+                    b'r' => b'\r',
+                    b't' => b'\t',
+                    quoted => quoted,
+                }
+            }
         })
     })
 }
@@ -490,7 +537,7 @@ impl<'t> Checker<'t> {
 
     fn check(&mut self) -> bool {
         // Containers open: a stack, not recursion, so no text is too deep for it.
-        let mut open: Vec<Open<'t>> = Vec::new();
+        let mut open: Vec<Open> = Vec::new();
         loop {
             // A value.
             match self.peek() {
@@ -506,7 +553,11 @@ impl<'t> Checker<'t> {
                         open.push(Open::Array(slot));
                         continue;
                     } else {
-                        open.push(Open::Object(slot, None));
+                        open.push(Open::Object {
+                            slot,
+                            keys: self.keys.len(),
+                            sorted: true,
+                        });
                         if !self.key(&mut open) {
                             return false;
                         }
@@ -543,7 +594,7 @@ impl<'t> Checker<'t> {
             loop {
                 match (open.last(), self.peek()) {
                     (None, _) => return self.at == self.bytes.len(),
-                    (Some(Open::Object(..)), b',') => {
+                    (Some(Open::Object { .. }), b',') => {
                         self.at += 1;
                         if !self.key(&mut open) {
                             return false;
@@ -554,7 +605,16 @@ impl<'t> Checker<'t> {
                         self.at += 1;
                         break;
                     }
-                    (Some(&Open::Object(slot, _)), b'}') | (Some(&Open::Array(slot)), b']') => {
+                    (Some(&Open::Object { slot, keys, sorted }), b'}') => {
+                        if !sorted && !distinct(&mut self.keys[keys..]) {
+                            return false;
+                        }
+                        self.keys.truncate(keys);
+                        self.at += 1;
+                        self.containers[slot].1 = self.at;
+                        open.pop();
+                    }
+                    (Some(&Open::Array(slot)), b']') => {
                         self.at += 1;
                         self.containers[slot].1 = self.at;
                         open.pop();
@@ -565,8 +625,9 @@ impl<'t> Checker<'t> {
         }
     }
 
-    /// A key and its colon: after the previous key, not the raw-value token.
-    fn key(&mut self, open: &mut [Open<'t>]) -> bool {
+    /// A key and its colon: not the raw-value token; whether it follows the previous key in
+    /// order is noted (out of order, the object's keys are checked distinct when it closes).
+    fn key(&mut self, open: &mut [Open]) -> bool {
         let start = self.at;
         let Some((end, escaped)) = string_end(self.bytes, start) else {
             return false;
@@ -578,15 +639,19 @@ impl<'t> Checker<'t> {
         if key.text.first() == Some(&b'$') && key.text.starts_with(b"$serde_json::private::") {
             return false;
         }
-        let Some(Open::Object(_, last)) = open.last_mut() else {
+        let Some(Open::Object { keys, sorted, .. }) = open.last_mut() else {
             return false;
         };
-        if let Some(last) = last
-            && !last.before(&key)
+        if self.keys.len() > *keys
+            && let Some(last) = self.keys.last()
         {
-            return false;
+            match last.order(&key) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => return false,
+                std::cmp::Ordering::Greater => *sorted = false,
+            }
         }
-        *last = Some(key);
+        self.keys.push(key);
         self.at = end;
         if self.peek() != b':' {
             return false;
@@ -659,18 +724,39 @@ mod tests {
         assert_eq!(rewritten(text), text);
     }
 
+    /// Text the API server writes (Go: fields in their declared order, `<`, `>` and `&`
+    /// escaped) and other escapes: checked, so filled in where it stands; a `Value` reads it as
+    /// the same value, though it writes it another way.
     #[rstest]
-    #[case::whitespace(r#"{"a": 1}"#)]
     #[case::keys_out_of_order(r#"{"b":1,"a":2}"#)]
-    #[case::a_duplicate_key(r#"{"a":1,"a":2}"#)]
-    #[case::an_escaped_key(r#"{"\u0061":1}"#)]
     #[case::keys_in_the_raw_order_not_the_order_of_what_they_stand_for(r#"{"a#":2,"a\"":1}"#)]
+    #[case::go_s_escapes_of_html(r#"["a \u0026\u0026 b \u003e c \u003c"]"#)]
+    #[case::an_escaped_key(r#"{"\u0061":1}"#)]
     #[case::an_escaped_slash(r#"["a\/b"]"#)]
     #[case::an_escaped_printable_character(r#"["\u0041"]"#)]
     #[case::an_upper_case_control_escape(r#"["\u001F"]"#)]
     #[case::a_control_written_as_u_that_serde_writes_as_a_letter(r#"["\u000a"]"#)]
     #[case::a_surrogate_pair(r#"["\ud83d\ude00"]"#)]
     #[case::an_escaped_delete(r#"["\u007f"]"#)]
+    #[case::distinct_keys_out_of_order_in_nested_objects(
+        r#"{"z":{"y":1,"x":{"b":2,"a":3}},"a":[{"d":1,"c":2}]}"#
+    )]
+    fn other_compact_text_is_checked_and_reads_as_it_stands(#[case] text: &str) {
+        assert!(Checked::of(text).is_some(), "{text} should be checked");
+        assert_ne!(rewritten(text), text);
+    }
+
+    #[rstest]
+    #[case::whitespace(r#"{"a": 1}"#)]
+    #[case::a_duplicate_key(r#"{"a":1,"a":2}"#)]
+    #[case::a_duplicate_key_out_of_order(r#"{"a":1,"b":2,"a":3}"#)]
+    #[case::a_duplicate_key_written_another_way(r#"{"b":0,"a":1,"\u0061":2}"#)]
+    #[case::a_duplicate_key_in_an_inner_object(r#"{"a":{"c":1,"b":2,"c":3},"b":1}"#)]
+    #[case::a_lone_high_surrogate(r#"["\ud83d"]"#)]
+    #[case::a_lone_low_surrogate(r#"["\ude00"]"#)]
+    #[case::a_high_surrogate_before_no_low_one(r#"["\ud83d\u0041"]"#)]
+    #[case::an_escape_json_has_not(r#"["\x41"]"#)]
+    #[case::a_short_u_escape(r#"["\u41"]"#)]
     #[case::a_float(r#"[1.0]"#)]
     #[case::an_exponent(r#"[1e3]"#)]
     #[case::minus_zero(r#"[-0]"#)]
@@ -680,8 +766,21 @@ mod tests {
     #[case::trailing_text(r#"{"a":1}x"#)]
     #[case::cut_short(r#"{"a":[1,"#)]
     #[case::empty("")]
-    fn other_text_is_not_canonical(#[case] text: &str) {
-        assert_eq!(Checked::of(text), None, "{text} should not be canonical");
+    fn other_text_is_not_checked(#[case] text: &str) {
+        assert_eq!(Checked::of(text), None, "{text} should not be checked");
+    }
+
+    #[test]
+    fn keys_are_compared_by_what_they_stand_for() {
+        let keys = |text: &'static str| Key {
+            text: text.as_bytes(),
+            escaped: text.contains('\\'),
+        };
+        assert!(keys(r"\u0061").order(&keys("a")).is_eq());
+        assert!(keys(r"\ud83d\ude00").order(&keys("😀")).is_eq());
+        assert!(keys(r"\u00e9").order(&keys("é")).is_eq());
+        assert!(keys(r#"k:{\"a\":1}"#).order(&keys("k:{#")).is_lt());
+        assert!(keys(r"a\nb").order(&keys("a\nb")).is_eq());
     }
 
     #[test]
@@ -732,6 +831,24 @@ mod tests {
         assert_eq!(
             checked.write(&doc).as_deref(),
             Some(r#"{"a":{"k":"v"},"m":{"labels":{"a":"\"1\"","b":"2"},"name":"x"},"z":1}"#)
+        );
+    }
+
+    /// In an object whose keys are not in order (as the API server writes them), a fill goes
+    /// last and a member is found wherever it is.
+    #[test]
+    fn fills_go_last_in_an_object_out_of_order() {
+        let text = r#"{"z":1,"m":{"name":"x","labels":{"b":"2"}}}"#;
+        let checked = Checked::of(text).unwrap();
+        let mut doc = checked.document(0, text.len());
+        let root = doc.as_map_mut().unwrap();
+        let labels = Spliced::map_at(Spliced::map_at(root, "m"), "labels");
+        Spliced::set(labels, "a", "1");
+        Spliced::set(labels, "b", "3");
+        Spliced::set(Spliced::map_at(root, "a"), "k", "v");
+        assert_eq!(
+            checked.write(&doc).as_deref(),
+            Some(r#"{"z":1,"m":{"name":"x","labels":{"a":"1","b":"3"}},"a":{"k":"v"}}"#)
         );
     }
 

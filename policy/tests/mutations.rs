@@ -3,6 +3,8 @@
 //! line, the AdmissionResponse policy-server makes of it (the base64 JSONPatch), both recorded
 //! from the policy before the mutated pod was written without a `Value` (issue 25).
 
+mod api_server;
+
 use jumppod::payload;
 use jumppod::splice::Checked;
 use jumppod_policy::evaluate;
@@ -126,4 +128,64 @@ fn a_spliced_mutation_answers_what_a_whole_read_answers() {
     }
     // The mutating fixtures under the two settings that mutate.
     assert!(spliced >= 9, "{spliced} spliced mutations");
+}
+
+/// Sent as the API server writes it (its keys not in serde_json's order, `&` and the like
+/// escaped), a pod's text is mutated where it stands; sent with whitespace, the same pod is read
+/// whole. The two answers hold the same mutated pod, and policy-server makes the same
+/// AdmissionResponse (the same JSONPatch) of both.
+#[test]
+fn a_mutation_of_the_api_server_s_text_answers_the_value_and_patch_of_a_whole_read() {
+    let settings = [
+        json!({}),
+        json!({"cpu": "250m", "memory": "2Gi", "ephemeralStorageRequest": "128Mi"}),
+    ];
+    let mut spliced = 0;
+    for fixture in &fixtures() {
+        let Ok(payload) = serde_json::from_slice::<Value>(&payload(fixture)) else {
+            continue;
+        };
+        let request = &payload["request"];
+        for settings in &settings {
+            let go = format!(
+                r#"{{"request":{},"settings":{settings}}}"#,
+                api_server::written(request)
+            );
+            let pretty =
+                serde_json::to_vec_pretty(&json!({"request": request, "settings": settings}))
+                    .expect("written");
+            let (answer, whole) = (evaluate(go.as_bytes()), evaluate(&pretty));
+            let read = |answer: &[u8]| serde_json::from_slice::<ValidationResponse>(answer);
+            let (Ok(answer), Ok(whole)) = (read(&answer), read(&whole)) else {
+                assert_eq!(
+                    String::from_utf8_lossy(&answer),
+                    String::from_utf8_lossy(&whole),
+                    "{fixture} under {settings}"
+                );
+                continue;
+            };
+            assert_eq!(
+                serde_json::to_value(&answer).expect("a value"),
+                serde_json::to_value(&whole).expect("a value"),
+                "{fixture} under {settings}"
+            );
+            assert_eq!(
+                admission_response(request, &answer),
+                admission_response(request, &whole),
+                "{fixture} under {settings}"
+            );
+            let object = api_server::written(&request["object"]);
+            let serde_written = serde_json::to_string(&request["object"]).expect("written");
+            spliced += usize::from(
+                answer.mutated_object.is_some()
+                    && Checked::of(&object).is_some()
+                    && object != serde_written,
+            );
+        }
+    }
+    // The mutating fixtures under both settings.
+    assert!(
+        spliced >= 9,
+        "{spliced} mutations spliced into the API server's text"
+    );
 }

@@ -8,6 +8,8 @@
 //! output passes the rules, an update is judged exactly when it changes the resources.
 //! Through the Wasm (few cases): the module answers exactly what the native policy answers.
 
+#[path = "../../policy/tests/api_server/mod.rs"]
+mod api_server;
 mod policy_support;
 
 use jumppod::admission::{Object, Request};
@@ -733,6 +735,24 @@ proptest! {
         let compact = jumppod_policy::evaluate(&serde_json::to_vec(&payload).unwrap());
         let pretty = jumppod_policy::evaluate(&serde_json::to_vec_pretty(&payload).unwrap());
         prop_assert_eq!(String::from_utf8_lossy(&compact), String::from_utf8_lossy(&pretty));
+    }
+
+    /// Sent as the API server writes it (keys out of serde_json's order, `&` and the like
+    /// escaped), a mutated pod is its own text with the fills spliced in; sent with whitespace,
+    /// it is read whole. The answers hold the same value and make the same JSONPatch.
+    #[test]
+    fn a_mutation_of_the_api_server_s_text_answers_the_value_of_a_whole_read(pod in pod(), settings in settings()) {
+        let request = json!({"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE", "namespace": "dstack", "object": pod_json(&pod)});
+        let go = format!(r#"{{"request":{},"settings":{}}}"#, api_server::written(&request), settings.json());
+        let pretty = serde_json::to_vec_pretty(&json!({"request": request, "settings": settings.json()})).unwrap();
+        let answer: ValidationResponse = serde_json::from_slice(&jumppod_policy::evaluate(go.as_bytes())).unwrap();
+        let whole: ValidationResponse = serde_json::from_slice(&jumppod_policy::evaluate(&pretty)).unwrap();
+        prop_assert_eq!(serde_json::to_value(&answer).unwrap(), serde_json::to_value(&whole).unwrap());
+        prop_assert_eq!(
+            jumppod_review::admission_response(&request, &answer),
+            jumppod_review::admission_response(&request, &whole)
+        );
     }
 
     #[test]
