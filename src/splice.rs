@@ -483,8 +483,27 @@ impl Key<'_> {
     }
 }
 
-/// Whether no two of the keys stand for the same string (they are sorted to find out).
+impl Key<'_> {
+    /// Whether the two keys stand for the same string; keys without escapes are the same
+    /// only if their bytes are (a slice compare, its lengths first).
+    fn same(&self, other: &Key<'_>) -> bool {
+        if self.escaped || other.escaped {
+            self.order(other).is_eq()
+        } else {
+            self.text == other.text
+        }
+    }
+}
+
+/// Whether no two of the keys stand for the same string: each pair compared in an object of
+/// a few keys (most of a pod's), else the keys sorted.
 fn distinct(keys: &mut [Key<'_>]) -> bool {
+    if keys.len() <= 16 {
+        return keys
+            .iter()
+            .enumerate()
+            .all(|(at, key)| keys[at + 1..].iter().all(|other| !key.same(other)));
+    }
     keys.sort_unstable_by(Key::order);
     keys.windows(2).all(|pair| pair[0].order(&pair[1]).is_lt())
 }
@@ -768,6 +787,23 @@ mod tests {
     #[case::empty("")]
     fn other_text_is_not_checked(#[case] text: &str) {
         assert_eq!(Checked::of(text), None, "{text} should not be checked");
+    }
+
+    /// Past 16 keys an object out of order has its keys sorted to find a key twice; below,
+    /// each pair is compared.
+    #[rstest]
+    #[case::a_few_keys(5)]
+    #[case::more_keys_than_are_compared_pair_by_pair(40)]
+    fn a_key_twice_is_found_in_an_object_out_of_order_of_any_size(#[case] keys: usize) {
+        let object = |keys: &[String]| {
+            let members: Vec<String> = keys.iter().map(|k| format!("\"{k}\":0")).collect();
+            format!("{{{}}}", members.join(","))
+        };
+        let mut names: Vec<String> = (0..keys).rev().map(|n| format!("k{n:02}")).collect();
+        assert!(Checked::of(&object(&names)).is_some(), "{}", object(&names));
+        // The same name again, written with an escape, far from its twin.
+        names.push(format!("\\u006b{:02}", keys / 2));
+        assert_eq!(Checked::of(&object(&names)), None, "{}", object(&names));
     }
 
     #[test]
