@@ -921,39 +921,30 @@ mod tests {
         assert_eq!(checked.write(&doc).as_deref(), Some(text));
     }
 
-    #[test]
-    fn fills_go_in_key_order_and_replace_what_is_not_an_object() {
-        let text = r#"{"m":{"labels":null,"name":"x"},"z":1}"#;
+    /// A fill goes in key order among keys in order (as a `Value` writes them), last among keys
+    /// out of order (as the API server writes them); a member is found wherever it is, and
+    /// what is not an object where a fill needs one becomes one.
+    #[rstest]
+    #[case::in_key_order_among_keys_in_order(
+        r#"{"m":{"labels":null,"name":"x"},"z":1}"#,
+        r#"{"a":{"k":"v"},"m":{"labels":{"a":"\"1\"","b":"2"},"name":"x"},"z":1}"#
+    )]
+    #[case::last_among_keys_out_of_order(
+        r#"{"z":1,"m":{"name":"x","labels":{"c":"1","b":"0"}}}"#,
+        r#"{"z":1,"m":{"name":"x","labels":{"c":"1","b":"2","a":"\"1\""}},"a":{"k":"v"}}"#
+    )]
+    fn fills_go_where_a_value_or_the_text_would_have_them(
+        #[case] text: &str,
+        #[case] filled: &str,
+    ) {
         let checked = Checked::of(text).unwrap();
         let mut doc = checked.document(0, text.len());
         let root = doc.as_map_mut().unwrap();
         let labels = Spliced::map_at(Spliced::map_at(root, "m"), "labels");
         Spliced::set(labels, "b", "2");
         Spliced::set(labels, "a", "\"1\"");
-        let spec = Spliced::map_at(root, "a");
-        Spliced::set(spec, "k", "v");
-        assert_eq!(
-            checked.write(&doc).as_deref(),
-            Some(r#"{"a":{"k":"v"},"m":{"labels":{"a":"\"1\"","b":"2"},"name":"x"},"z":1}"#)
-        );
-    }
-
-    /// In an object whose keys are not in order (as the API server writes them), a fill goes
-    /// last and a member is found wherever it is.
-    #[test]
-    fn fills_go_last_in_an_object_out_of_order() {
-        let text = r#"{"z":1,"m":{"name":"x","labels":{"b":"2"}}}"#;
-        let checked = Checked::of(text).unwrap();
-        let mut doc = checked.document(0, text.len());
-        let root = doc.as_map_mut().unwrap();
-        let labels = Spliced::map_at(Spliced::map_at(root, "m"), "labels");
-        Spliced::set(labels, "a", "1");
-        Spliced::set(labels, "b", "3");
         Spliced::set(Spliced::map_at(root, "a"), "k", "v");
-        assert_eq!(
-            checked.write(&doc).as_deref(),
-            Some(r#"{"z":1,"m":{"name":"x","labels":{"a":"1","b":"3"}},"a":{"k":"v"}}"#)
-        );
+        assert_eq!(checked.write(&doc).as_deref(), Some(filled));
     }
 
     #[rstest]

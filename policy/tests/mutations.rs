@@ -93,6 +93,17 @@ fn fixtures() -> Vec<String> {
     fixtures
 }
 
+/// Every fixture that reads as JSON, and its request.
+fn requests() -> Vec<(String, Value)> {
+    fixtures()
+        .into_iter()
+        .filter_map(|fixture| {
+            let payload: Value = serde_json::from_slice(&payload(&fixture)).ok()?;
+            Some((fixture, payload["request"].clone()))
+        })
+        .collect()
+}
+
 /// Sent as serde_json writes it (as policy-server and jumppod's hosts send it), a pod's text
 /// is mutated by splicing the fills into it (`jumppod::splice`); sent with whitespace, the
 /// same pod is read whole. For every fixture that reads as JSON, under several settings, the
@@ -105,11 +116,7 @@ fn a_spliced_mutation_answers_what_a_whole_read_answers() {
         json!({"mutate": false}),
     ];
     let mut spliced = 0;
-    for fixture in &fixtures() {
-        let Ok(payload) = serde_json::from_slice::<Value>(&payload(fixture)) else {
-            continue;
-        };
-        let request = &payload["request"];
+    for (fixture, request) in &requests() {
         for settings in &settings {
             let payload = json!({"request": request, "settings": settings});
             let compact = serde_json::to_vec(&payload).expect("written");
@@ -141,11 +148,7 @@ fn a_mutation_of_the_api_server_s_text_answers_the_value_and_patch_of_a_whole_re
         json!({"cpu": "250m", "memory": "2Gi", "ephemeralStorageRequest": "128Mi"}),
     ];
     let mut spliced = 0;
-    for fixture in &fixtures() {
-        let Ok(payload) = serde_json::from_slice::<Value>(&payload(fixture)) else {
-            continue;
-        };
-        let request = &payload["request"];
+    for (fixture, request) in &requests() {
         for settings in &settings {
             let go = format!(
                 r#"{{"request":{},"settings":{settings}}}"#,

@@ -82,7 +82,15 @@ fn answer(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
         {
             let payload = jumppod_review::payload_of_text(request.get(), settings);
             match policy.validate_payload(&payload) {
-                Ok(answer) => fitted(admitted(request, &uid, &answer)),
+                Ok(answer) => match admitted(request, &uid, &answer) {
+                    Ok(response) => fitted(response),
+                    // Never allowed without the patch the policy asked for.
+                    Err(e) => refuse(
+                        &json!(uid),
+                        500,
+                        format!("jumppod webhook: cannot read the request to patch it: {e}"),
+                    ),
+                },
                 Err(e) => {
                     let error = report(&e);
                     // Not the request's fault: the operator sees it at the default level.
@@ -109,12 +117,16 @@ fn answer(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
 
 /// The AdmissionResponse of the policy's answer. The request is read whole only for a
 /// mutation, whose patch is the difference from the request's object.
-fn admitted(request: &RawValue, uid: &str, answer: &ValidationResponse) -> Value {
-    let read = match answer.mutated_object {
-        Some(_) => serde_json::from_str(request.get()).ok(),
-        None => None,
+fn admitted(
+    request: &RawValue,
+    uid: &str,
+    answer: &ValidationResponse,
+) -> Result<Value, serde_json::Error> {
+    let request = match answer.mutated_object {
+        Some(_) => serde_json::from_str(request.get())?,
+        None => json!({"uid": uid}),
     };
-    admission_response(&read.unwrap_or_else(|| json!({"uid": uid})), answer)
+    Ok(admission_response(&request, answer))
 }
 
 /// The validating pass: the policy's verdict on the object as it will be stored, after every
@@ -229,6 +241,49 @@ mod tests {
         let response = answer(body);
         assert_eq!(response["allowed"], false);
         assert_eq!(response["uid"], uid, "{response}");
+    }
+
+    /// A policy that mutates every request into an empty object.
+    struct Emptying;
+
+    impl Policy for Emptying {
+        fn validate_payload(
+            &self,
+            _payload: &[u8],
+        ) -> Result<ValidationResponse, jumppod_review::Error> {
+            Ok(ValidationResponse {
+                accepted: true,
+                message: None,
+                code: None,
+                mutated_object: Some(json!({})),
+                audit_annotations: None,
+                warnings: None,
+            })
+        }
+
+        fn validate_settings(
+            &self,
+            _settings: &Value,
+        ) -> Result<jumppod_review::SettingsResponse, jumppod_review::Error> {
+            unreachable!("not called by a review")
+        }
+    }
+
+    /// A request nested deeper than a `Value` reads (serde_json stops at 128) cannot be diffed
+    /// against a mutation: it is refused, never allowed without the patch.
+    #[test]
+    fn a_mutation_the_webhook_cannot_diff_is_refused_not_allowed_unpatched() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let body = format!(
+            r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{{"uid":"u-9","object":{{"a":{deep}}}}}}}"#
+        );
+        let response =
+            review(&Emptying, &Settings::new(&json!({})), body.as_bytes())["response"].clone();
+        assert_eq!(response["allowed"], false, "{response}");
+        assert_eq!(response["uid"], "u-9", "{response}");
+        assert_eq!(response.get("patch"), None, "{response}");
+        let message = response["status"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("cannot read the request to patch it"), "{message}");
     }
 
     /// A bare AdmissionRequest of policy/test_data as the API server sends it: in a review.
