@@ -173,6 +173,13 @@ impl WasmPolicy {
         cache: Option<&ModuleCache>,
         instances: Instances,
     ) -> Result<WasmPolicy, LoadError> {
+        // A pool of no slots would make every instance wait forever.
+        let instances = match instances {
+            Instances::Pooled { slots } => Instances::Pooled {
+                slots: slots.max(1),
+            },
+            on_demand => on_demand,
+        };
         let mut serving = config(compilation);
         if let Instances::Pooled { slots } = instances {
             serving.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool(slots)));
@@ -282,7 +289,8 @@ fn config(compilation: Compilation) -> wasmtime::Config {
 
 /// The pooling allocator for `slots` instances of one module at a time, each with one memory
 /// and one table, reset by copying back the pages the kernel reports dirty (PAGEMAP_SCAN,
-/// Linux 6.7 and later; before, the first pages are copied back whether written or not).
+/// Linux 6.7 and later; without it wasmtime resets the first `keep_resident` bytes whether
+/// written or not).
 fn pool(slots: u32) -> wasmtime::PoolingAllocationConfig {
     let mut pool = wasmtime::PoolingAllocationConfig::new();
     pool.total_core_instances(slots)

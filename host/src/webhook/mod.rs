@@ -283,7 +283,10 @@ mod tests {
         assert_eq!(response["uid"], "u-9", "{response}");
         assert_eq!(response.get("patch"), None, "{response}");
         let message = response["status"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains("cannot read the request to patch it"), "{message}");
+        assert!(
+            message.contains("cannot read the request to patch it"),
+            "{message}"
+        );
     }
 
     /// A bare AdmissionRequest of policy/test_data as the API server sends it: in a review.
