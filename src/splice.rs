@@ -18,7 +18,7 @@
 use crate::mutate::{Document, Mutation};
 use std::borrow::Cow;
 
-/// Checked JSON text ([`Checker`]), and where each of its objects and arrays ends.
+/// Checked JSON text (`Checker`), and where each of its objects and arrays ends.
 #[derive(Debug, PartialEq)]
 pub struct Checked<'t> {
     text: &'t str,
@@ -60,7 +60,7 @@ pub enum Spliced<'a> {
         start: usize,
         end: usize,
     },
-    /// An object's members in key order.
+    /// An object's members in the text's order, fills among them (`position`).
     Object(Members<'a>),
     Array(Vec<Spliced<'a>>),
     /// A fill's value, escaped on writing.
@@ -70,11 +70,11 @@ pub enum Spliced<'a> {
     Unreadable(Members<'a>),
 }
 
-/// Keys as they read (unescaped: only managed fields' `k:{...}` keys hold escapes).
+/// Keys as they read, escapes undone (managed fields' `k:{\"...\"}` keys, Go's `\u0026`).
 pub type Members<'a> = Vec<(Cow<'a, str>, Spliced<'a>)>;
 
 impl<'t> Checked<'t> {
-    /// The text, if it passes the [`Checker`].
+    /// The text, if it passes the `Checker`.
     pub fn of(text: &'t str) -> Option<Checked<'t>> {
         let mut checker = Checker {
             bytes: text.as_bytes(),
@@ -99,7 +99,7 @@ impl<'t> Checked<'t> {
         }
     }
 
-    /// The object reached from the top by the members `path` ([`object_at`](Self::object_at)).
+    /// The object reached from the top by the members `path` (`object_at`).
     pub fn into_object_at(self, path: &[&str]) -> Option<Span<'t>> {
         let (start, end) = self.object_at(path)?;
         Some(Span {
@@ -133,8 +133,8 @@ impl<'t> Checked<'t> {
     }
 
     /// The span of the object reached from the top by the members `path`, if the top and
-    /// each member on the way are objects. Keys are distinct and unescaped in checked text,
-    /// so this is the object serde_json's derived readers would take there.
+    /// each member on the way are objects. Keys are distinct in checked text and compared as
+    /// they read, so this is the object serde_json's derived readers would take there.
     fn object_at(&self, path: &[&str]) -> Option<(usize, usize)> {
         let is_object = |start: usize| self.text.as_bytes().get(start) == Some(&b'{');
         let (mut start, mut end) = (0, self.text.len());

@@ -36,8 +36,9 @@ impl Verdict {
     }
 }
 
-/// A mutated object as the answer carries it: its JSON text, written as serde_json writes a
-/// `Value` (compact, keys in order), so the module writes it into its answer as it is.
+/// A mutated object as the answer carries it: its compact JSON text, so the module writes it
+/// into its answer as it is. Written as serde_json writes a `Value`, or (spliced into the
+/// request's own text) in the request's key order and escapes: the same value either way.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mutated(String);
 
@@ -47,7 +48,7 @@ impl Mutated {
         serde_json::to_string(object).map(Mutated)
     }
 
-    /// Takes text [`crate::splice`] wrote: checked to be written as a `Value` would be.
+    /// Takes text [`crate::splice`] wrote into checked compact JSON.
     pub(crate) fn spliced(text: String) -> Mutated {
         Mutated(text)
     }

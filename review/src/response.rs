@@ -50,8 +50,8 @@ impl From<&Verdict> for ValidationResponse {
 }
 
 /// A [`ValidationResponse`] as the module writes it ([`Answer::write`]): the same fields in the
-/// same order, the mutated object written as the verdict holds it (serde_json's text of it)
-/// rather than read into a `Value` and written again. The same bytes (a test compares them).
+/// same order, the mutated object written as the verdict holds its text rather than read into
+/// a `Value` and written again. The same bytes (a test compares them).
 #[derive(Clone, Debug)]
 pub struct Answer<'v> {
     pub accepted: bool,
