@@ -31,15 +31,8 @@ fn answer(instance: &jumppod_wasm::Instance) -> String {
     String::from_utf8(instance.call("count", b"").expect("the counter answers")).unwrap()
 }
 
-/// The test can fail: one instance called twice sees its own write.
-#[test]
-fn an_instance_kept_sees_what_it_wrote() {
-    let policy = counter("kept", Instances::Pooled { slots: 1 });
-    let instance = policy.instance().unwrap();
-    assert_eq!(answer(&instance), "a");
-    assert_eq!(answer(&instance), "b");
-}
-
+/// Each instance sees its own write ("b" on its second call: the test can fail), and the next
+/// instance on the same slot does not.
 #[test]
 fn a_pooled_slot_is_put_back_to_the_initial_memory_for_the_next_instance() {
     let policy = counter("put_back", Instances::Pooled { slots: 1 });
