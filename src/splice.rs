@@ -689,9 +689,7 @@ impl<'t> Checker<'t> {
         let Some(Open::Object { keys, sorted, .. }) = open.last_mut() else {
             return false;
         };
-        if self.keys.len() > *keys
-            && let Some(last) = self.keys.last()
-        {
+        if let Some(last) = self.keys[*keys..].last() {
             match last.order(&key) {
                 std::cmp::Ordering::Less => {}
                 std::cmp::Ordering::Equal => return false,

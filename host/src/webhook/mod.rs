@@ -56,10 +56,11 @@ struct Body<'a> {
 /// with a request is refused (allowed: false, code 400) with what is wrong; a policy that
 /// fails (a trap, the deadline) refuses with code 500, as policy-server does.
 pub fn review(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
-    envelope(answer(policy, &settings.mutating, body))
+    envelope(response(policy, &settings.mutating, body))
 }
 
-fn answer(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
+/// The AdmissionResponse to one body, under the settings the pass sends.
+fn response(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
     let document: Body = match serde_json::from_slice(body) {
         Ok(document) => document,
         Err(e) => {
@@ -136,7 +137,7 @@ fn admitted(
 /// resources) is refused naming what is missing instead of being patched in: a validating
 /// webhook cannot patch.
 pub fn validate(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
-    validation(envelope(answer(policy, &settings.validating, body)))
+    validation(envelope(response(policy, &settings.validating, body)))
 }
 
 /// The settings of the validating pass: the operator's, with `mutate` off.
