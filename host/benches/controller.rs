@@ -15,7 +15,7 @@ use criterion::{Criterion, SamplingMode};
 use futures::StreamExt;
 use jumppod::schema;
 use jumppod_host::api::Kube;
-use jumppod_plan::manifest;
+use jumppod_plan::manifest::Desired;
 use jumppod_testkit::cluster::{
     admin, admin_kubeconfig, cluster_dir, evict, namespace, typed, wait_for,
 };
@@ -118,11 +118,12 @@ async fn project(kube: &Kube, i: usize) {
     // The Service before the ReplicaSet: a controller that sees a ReplicaSet without its
     // Service creates the Service.
     let svc: Api<Service> = Api::namespaced(kube.client.clone(), NS);
-    svc.create(&PostParams::default(), &manifest::service(&config, None))
+    let desired = Desired::from_config(&config);
+    svc.create(&PostParams::default(), &desired.service_on(None))
         .await
         .unwrap();
     let rs: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), NS);
-    rs.create(&PostParams::default(), &manifest::replicaset(&config))
+    rs.create(&PostParams::default(), &desired.replicaset)
         .await
         .unwrap();
 }

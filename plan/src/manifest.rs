@@ -65,7 +65,8 @@ merge
 exec /usr/sbin/sshd -D -e -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -o AllowTcpForwarding=local -o LogLevel=ERROR -o "AuthorizedKeysFile=.ssh/authorized_keys /etc/ssh/jumppod/authorized_keys"
 "#;
 
-/// The three objects of one project's jump pod.
+/// The three objects of one project's jump pod, built once from the configuration: the planner
+/// compares what it observes with these, and the executor writes them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Desired {
     pub namespace: Namespace,
@@ -81,9 +82,33 @@ impl Desired {
             service: service(config, config.port),
         }
     }
+
+    /// The pod the ReplicaSet's template describes.
+    pub fn pod_spec(&self) -> &PodSpec {
+        self.replicaset
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.template.as_ref())
+            .and_then(|template| template.spec.as_ref())
+            .expect("Desired::from_config builds the template's pod")
+    }
+
+    /// The Service on another NodePort (`None`: one the API server allocates), as when the
+    /// Service of an older release is replaced and its port kept.
+    pub fn service_on(&self, node_port: Option<i32>) -> Service {
+        let mut service = self.service.clone();
+        for port in service
+            .spec
+            .iter_mut()
+            .flat_map(|spec| spec.ports.iter_mut().flatten())
+        {
+            port.node_port = node_port;
+        }
+        service
+    }
 }
 
-pub fn namespace(config: &Config) -> Namespace {
+fn namespace(config: &Config) -> Namespace {
     Namespace {
         metadata: ObjectMeta {
             name: Some(config.namespace.clone()),
@@ -95,7 +120,7 @@ pub fn namespace(config: &Config) -> Namespace {
 
 /// The container's resources: Guaranteed cpu and memory, the ephemeral-storage request of the
 /// contract and no ephemeral-storage limit.
-pub fn resources(config: &Config) -> ResourceRequirements {
+fn resources(config: &Config) -> ResourceRequirements {
     let compute = BTreeMap::from([
         ("cpu".to_owned(), Q(config.cpu.clone())),
         ("memory".to_owned(), Q(config.memory.clone())),
@@ -112,7 +137,7 @@ pub fn resources(config: &Config) -> ResourceRequirements {
     }
 }
 
-pub fn pod_spec(config: &Config) -> PodSpec {
+fn pod_spec(config: &Config) -> PodSpec {
     let name = &config.name;
     PodSpec {
         containers: vec![Container {
@@ -166,7 +191,7 @@ pub fn pod_spec(config: &Config) -> PodSpec {
     }
 }
 
-pub fn replicaset(config: &Config) -> ReplicaSet {
+fn replicaset(config: &Config) -> ReplicaSet {
     let name = &config.name;
     let labels = schema::current_labels(name, &config.project);
     ReplicaSet {
@@ -196,7 +221,7 @@ pub fn replicaset(config: &Config) -> ReplicaSet {
 }
 
 /// The NodePort Service with the current selector, on `node_port` if given.
-pub fn service(config: &Config, node_port: Option<i32>) -> Service {
+fn service(config: &Config, node_port: Option<i32>) -> Service {
     let name = &config.name;
     Service {
         metadata: ObjectMeta {
@@ -265,6 +290,24 @@ mod tests {
         ] {
             assert!(command[2].contains(part), "{part} in {}", command[2]);
         }
+    }
+
+    #[test]
+    fn the_service_on_another_port_differs_from_the_desired_one_in_its_port_alone() {
+        let desired = Desired::from_config(&Config::for_project("ns", "main"));
+        let moved = desired.service_on(Some(30123));
+        let mut back = moved.clone();
+        back.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = desired
+            .service
+            .spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap()[0]
+            .node_port;
+        assert_eq!(back, desired.service);
+        assert_eq!(moved.spec.unwrap().ports.unwrap()[0].node_port, Some(30123));
     }
 
     #[test]

@@ -5,18 +5,18 @@
 
 use crate::action::{Difference, Finding};
 use crate::config::Config;
-use crate::manifest::{self, AUTHORIZED_KEYS_ENV};
+use crate::manifest::{self, AUTHORIZED_KEYS_ENV, Desired};
 use crate::objects::{selector_text, template_spec};
 use jumppod::quantity::Quantity;
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
-/// The ReplicaSet's template compared with the configuration.
-pub fn drift(config: &Config, rs: &ReplicaSet) -> Option<Finding> {
+/// The ReplicaSet's template compared with the desired one.
+pub fn drift(config: &Config, desired: &Desired, rs: &ReplicaSet) -> Option<Finding> {
     let name = config.name.as_str();
     let container_name = schema::container_name(name);
-    let wanted = manifest::pod_spec(config);
+    let wanted = desired.pod_spec();
     let wanted_c = &wanted.containers[0];
     let found_spec: PodSpec = template_spec(rs).cloned().unwrap_or_default();
     let mut differences = Vec::new();
@@ -242,7 +242,6 @@ fn env_value(c: &Container) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::Desired;
     use crate::objects::without_keys;
     use crate::planner::fixtures::*;
     use crate::planner::{Observed, Plan, plan};
@@ -328,10 +327,38 @@ mod tests {
             .output()
             .unwrap();
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let wanted = manifest::pod_spec(&c);
+        let desired = Desired::from_config(&c);
+        let wanted = desired.pod_spec();
         assert_eq!(
             json["spec"]["template"]["spec"]["containers"][0]["command"],
             serde_json::json!(wanted.containers[0].command)
+        );
+    }
+
+    /// The desired objects are built once, by `Desired::from_config`: the planner compares the
+    /// observed template with the one it is handed, not with one rebuilt from the configuration.
+    #[test]
+    fn drift_is_judged_against_the_desired_template_the_planner_is_given() {
+        let c = config();
+        let mut desired = Desired::from_config(&c);
+        let spec = desired.replicaset.spec.as_mut().unwrap();
+        let pod = spec.template.as_mut().unwrap().spec.as_mut().unwrap();
+        let memory = pod.containers[0].resources.as_mut().unwrap();
+        for side in [&mut memory.requests, &mut memory.limits] {
+            side.as_mut().unwrap().insert(
+                "memory".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into()),
+            );
+        }
+        let plan = plan(&c, &desired, &steady());
+        let Some(Finding::Drift { differences, .. }) = plan.findings.first() else {
+            panic!("no drift in {:?}", plan.findings)
+        };
+        assert!(
+            differences
+                .iter()
+                .any(|d| d.field.contains("memory") && d.wanted == "2Gi"),
+            "{differences:?}"
         );
     }
 

@@ -1,7 +1,7 @@
 //! Builders of the objects the planner's tests observe.
 
 use crate::config::{Config, RawConfig};
-use crate::manifest::{self, Desired};
+use crate::manifest::Desired;
 use crate::planner::{Observed, Plan, plan};
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -28,7 +28,7 @@ pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
 }
 
 pub fn rs_from(config: &Config, ready: i32) -> ReplicaSet {
-    let mut rs = manifest::replicaset(config);
+    let mut rs = Desired::from_config(config).replicaset;
     rs.metadata.uid = Some("rs-uid".into());
     rs.status = Some(typed(json!({"replicas": 1, "readyReplicas": ready})));
     rs

@@ -24,7 +24,7 @@ pub use drift::drift;
 use crate::action::{Action, Finding};
 use crate::config::Config;
 use crate::findings::{containers_waiting, pods_refused, unschedulable};
-use crate::manifest::{self, Desired};
+use crate::manifest::Desired;
 use crate::objects::{
     CREATED_BY, CREATED_BY_ANNOTATION, FOUND_POD_ANNOTATION, FOUND_SERVICE_ANNOTATION, annotation,
     controller_of, is_finished, name_of, node_port, phase_of, phase_text, ready_condition,
@@ -80,7 +80,7 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
                     replicaset: name.to_owned(),
                     selector: selector_text(&selector),
                 });
-            } else if let Some(drift) = drift::drift(config, rs) {
+            } else if let Some(drift) = drift::drift(config, desired, rs) {
                 out.findings.push(drift);
             }
             out.findings.extend(pods_refused(rs));
@@ -184,7 +184,7 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
                         why: "it selects the pre-#3891 label and that pod is gone".to_owned(),
                     });
                     out.actions.push(Action::CreateService {
-                        service: Box::new(manifest::service(config, keep)),
+                        service: Box::new(desired.service_on(keep)),
                         keeps_port: port,
                     });
                 }

@@ -261,7 +261,7 @@ pub async fn two_hosts_racing_through_the_upgrade_keep_one_service_on_the_old_po
 pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(cluster: &Cluster) {
     use jumppod_host::apply::{ActionOutcome, apply};
     use jumppod_plan::action::Action;
-    use jumppod_plan::manifest;
+    use jumppod_plan::manifest::Desired;
     use k8s_openapi::api::core::v1::Service;
     use kube::Api;
     use kube::api::PostParams;
@@ -271,7 +271,8 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
     let config = cluster.config("");
     let kube = cluster.kube().await;
     let api: Api<Service> = Api::namespaced(kube.client.clone(), cluster.ns());
-    let again = manifest::service(&config, Some(30066));
+    let desired = Desired::from_config(&config);
+    let again = desired.service_on(Some(30066));
     let status = |e: kube::Error| match e {
         kube::Error::Api(s) => (s.code, s.reason, s.message),
         other => panic!("not an API error: {other}"),
@@ -287,14 +288,14 @@ pub async fn a_service_created_again_is_refused_for_its_port_before_its_name(clu
         "{message}"
     );
 
-    let elsewhere = manifest::service(&config, Some(30067));
+    let elsewhere = desired.service_on(Some(30067));
     let (code, reason, message) = status(
         api.create(&PostParams::default(), &elsewhere)
             .await
             .unwrap_err(),
     );
     assert_eq!((code, reason.as_str()), (409, "AlreadyExists"), "{message}");
-    let mut other = manifest::service(&config, Some(30067));
+    let mut other = desired.service_on(Some(30067));
     other.metadata.name = Some("another-service".into());
     api.create(&PostParams::default(), &other)
         .await
