@@ -683,7 +683,17 @@ impl<'t> Checker<'t> {
             text: &self.bytes[start + 1..end - 1],
             escaped,
         };
-        if key.text.first() == Some(&b'$') && key.text.starts_with(b"$serde_json::private::") {
+        // serde_json's `Value` reads an object keyed by its private token as a raw value: such
+        // text is left to it, however the key is written (`\u0024serde_json::...` too).
+        const PRIVATE: &[u8] = b"$serde_json::private::";
+        let private = if key.escaped {
+            unescaped(key.text)
+                .take(PRIVATE.len())
+                .eq(PRIVATE.iter().copied())
+        } else {
+            key.text.starts_with(PRIVATE)
+        };
+        if private {
             return false;
         }
         let Some(Open::Object { keys, sorted, .. }) = open.last_mut() else {
@@ -808,6 +818,12 @@ mod tests {
     #[case::past_u64(r#"[18446744073709551616]"#)]
     #[case::past_i64(r#"[-9223372036854775809]"#)]
     #[case::the_raw_value_token(r#"{"$serde_json::private::RawValue":"[1]"}"#)]
+    #[case::the_raw_value_token_written_with_an_escape(
+        r#"{"\u0024serde_json::private::RawValue":"[1]"}"#
+    )]
+    #[case::the_raw_value_token_with_an_escape_further_in(
+        r#"{"$serde_json::priv\u0061te::RawValue":"[1]"}"#
+    )]
     #[case::trailing_text(r#"{"a":1}x"#)]
     #[case::cut_short(r#"{"a":[1,"#)]
     #[case::empty("")]
