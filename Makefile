@@ -20,8 +20,16 @@ HELM         := $(TARGET_DIR)/tools/helm
 HELM_VERSION := v3.22.0
 CHART        := charts/jumppod
 export JUMPPOD_HELM := $(HELM)
+# One feature set for every cargo build of `make test` and `make check` (clippy, the tests, the
+# real-node and in-cluster tests, the web tests' oracle), so each crate is compiled once per
+# profile. `real-node` turns on `real-cluster`; the real-node and in-cluster test binaries are
+# built with the rest but run only by `make real-node-scenarios` (`test = false`).
+FEATURES     := jumppod-host/real-node,jumppod-e2e/real-cluster
+# `make test`'s stages: each one's lines prefixed with its name, its minutes summed up at the end.
+STAGES       := $(TARGET_DIR)/stages.tsv
+STAGE        := .ci/stage $(STAGES)
 
-.PHONY: image image-check all setup kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: image image-bin image-check all setup check test-build packages kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -80,10 +88,12 @@ spin: setup
 no-wasm:
 	$(CARGO) build -p jumppod-host --no-default-features --target-dir $(NO_WASM_DIR)
 
-## lint: formatting and clippy, warnings are errors
+## lint: formatting and clippy, warnings are errors. The real-node tests are named: `--all-targets`
+## leaves out test targets with `test = false`.
 lint: setup
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --features jumppod-host/real-node,jumppod-e2e/real-cluster -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features $(FEATURES) -- -D warnings
+	$(CARGO) clippy --workspace --features $(FEATURES) $(REAL_NODE_TESTS) -- -D warnings
 
 ## helm: built from its Go module (no prebuilt binary is downloaded), for the chart's lint,
 ## template and tests (host/tests/chart.rs reads its path from JUMPPOD_HELM)
@@ -99,17 +109,100 @@ chart-check: $(HELM)
 	$(HELM) template jumppod $(CHART) --namespace jumppod >/dev/null
 	$(HELM) template jumppod $(CHART) --namespace jumppod --set watchAllNamespaces=true --set webhook.enabled=true >/dev/null
 
+## test-build: every test binary of the workspace, the real-node ones too, without running any
+## (the stages that run them then build nothing)
+REAL_NODE_TESTS := --test real_node --test in_cluster
+test-build: setup
+	$(CARGO) test --workspace --features $(FEATURES) --no-run
+	$(CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS) --no-run
+
 ## unit: every test of the workspace, the host's against the simulator and against the real
 ## control plane (started once, around the whole run; tests/real_cluster.rs needs it), then
 ## one line that adds up every test binary's result. The policy Wasm, the spinning guest and
 ## the binary without Wasm are built first: the tests load and run them.
 unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE) $(HELM)
 	set -o pipefail; $(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
-	  $(CARGO) test --workspace --features jumppod-host/real-cluster,jumppod-e2e/real-cluster --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
+	  $(CARGO) test --workspace --features $(FEATURES) --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
 
-## test: what CI runs
-test: policy lint chart-check controlplane-check image-check real-node-check unit real-node-scenarios web-test
+## check: the contributors' fast tier, no root, no cluster: fmt, clippy, and the tests of the
+## core, the policy (natively and through waPC), the planner, the review, the Wasm runtime and
+## the simulator (everything `make test` runs but what needs a control plane, real nodes, root,
+## kubectl, helm or a browser). Same features as `make test`: a warm target/ is shared.
+CHECK_TESTS := --lib --bins --test import_cycles --test fixtures --test mutations \
+  --test compilations --test pool --test policy_wasm --test policy_hostile --test policy_manifests \
+  --test policy_properties --test admission --test api --test controllers --test faults \
+  --test rbac --test scale --test scenarios
+check: policy lint
+	set -o pipefail; $(CARGO) test --workspace --features $(FEATURES) $(CHECK_TESTS) 2>&1 | tee $(TARGET_DIR)/check.log
+	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/check.log
+
+## test: what CI runs. Everything is built first, two stages at a time (`test-builds`: the cargo
+## builds in target/ one after another, beside them Go, Debian's packages, the images and the
+## builds outside target/); then the suites run one after another, alone on the machine. Each
+## stage's lines carry its name; a table of the stages and their minutes ends the run, passed
+## or not.
+test:
+	@rm -f $(STAGES)
+	@rm -f $(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log
+	@$(MAKE) --no-print-directory test-stages; rc=$$?; $(STAGE) --summary; \
+	  cat $(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log 2>/dev/null | awk \
+	    '/^test result:/ {p += $$4; f += $$6} /^# pass / {p += $$3} /^# fail / {f += $$3} \
+	     END {printf "all tests (Rust, real nodes, web): %d passed, %d failed\n", p, f}'; exit $$rc
+
+test-stages:
+	$(MAKE) --no-print-directory -j2 test-builds
+	$(STAGE) chart-check $(MAKE) --no-print-directory chart-check
+	$(STAGE) image-check $(MAKE) --no-print-directory image-check
+	$(STAGE) real-node-check $(MAKE) --no-print-directory real-node-check
+	$(STAGE) unit $(MAKE) --no-print-directory unit
+	$(STAGE) real-node-scenarios $(MAKE) --no-print-directory real-node-scenarios
+	$(STAGE) web-test $(MAKE) --no-print-directory web-test
+
+# The two lanes of builds. In each lane one stage at a time (`|`: order only); between the
+# lanes only what one needs of the other. The cargo lane's builds would wait for each other's
+# lock on target/ anyway; the other lane fills the cores that cargo's last, long crates leave idle.
+.PHONY: test-builds ci-policy ci-clippy ci-test-build ci-image-bin ci-web ci-packages ci-helm \
+  ci-controlplane ci-controlplane-check ci-real-node-images ci-no-wasm ci-web-setup ci-npm
+test-builds: ci-policy ci-clippy ci-test-build ci-image-bin ci-web \
+  ci-packages ci-helm ci-controlplane ci-controlplane-check ci-real-node-images ci-no-wasm ci-web-setup ci-npm
+ci-policy:
+	$(STAGE) policy $(MAKE) --no-print-directory -j1 policy spin
+ci-clippy: | ci-policy
+	$(STAGE) clippy $(MAKE) --no-print-directory -j1 lint
+ci-test-build: | ci-clippy
+	$(STAGE) test-build $(MAKE) --no-print-directory -j1 test-build
+ci-image-bin: | ci-test-build
+	$(STAGE) image-build $(MAKE) --no-print-directory -j1 image-bin
+ci-web: | ci-image-bin ci-web-setup
+	$(STAGE) web-build $(MAKE) --no-print-directory -j1 web
+ci-packages:
+	$(STAGE) packages $(MAKE) --no-print-directory -j1 packages
+ci-helm: | ci-packages
+	$(STAGE) helm $(MAKE) --no-print-directory -j1 $(HELM)
+ci-controlplane: | ci-helm
+	$(STAGE) controlplane $(MAKE) --no-print-directory -j1 controlplane
+ci-controlplane-check: | ci-controlplane
+	$(STAGE) controlplane-check $(MAKE) --no-print-directory -j1 controlplane-check
+ci-real-node-images: | ci-controlplane-check
+	$(STAGE) real-node-images $(MAKE) --no-print-directory -j1 real-node-images
+ci-no-wasm: | ci-real-node-images
+	$(STAGE) no-wasm $(MAKE) --no-print-directory -j1 no-wasm
+# After the cargo lane's first stage: both lanes would otherwise run rustup at once.
+ci-web-setup: | ci-no-wasm ci-policy
+	$(STAGE) web-setup $(MAKE) --no-print-directory -j1 web-setup
+ci-npm: | ci-web-setup
+	$(STAGE) npm $(MAKE) --no-print-directory -j1 web/node_modules/.installed $(CHROMIUM)
+
+## packages: every Debian package `make test` installs, in one apt-get (each target that needs
+## some still checks for its own)
+TEST_PACKAGES = openssh-server iproute2 $(REAL_NODE_PACKAGES) $(IMAGE_PACKAGES) chromium
+packages:
+	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if ! command -v kubectl >/dev/null 2>&1; then missing="$$missing kubernetes-client"; fi; \
+	if [ -z "$$(echo $$missing)" ]; then echo "packages: all installed"; \
+	elif [ "$$(id -u)" != 0 ]; then echo "run as root or install these yourself:" $$missing >&2; exit 1; \
+	else echo "installing Debian's" $$missing; apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 ## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
@@ -196,9 +289,11 @@ IMAGE_REF ?= ghcr.io/jumppod/jumppod:$(VERSION)
 export JUMPPOD_IMAGE_REF := $(IMAGE_REF)
 IMAGE_DIR := $(TARGET_DIR)/oci
 IMAGE_BIN := $(TARGET_DIR)/image/jumppod
-image: policy $(CONTROLPLANE)
+## image-bin: the image's binary alone (no control plane needed)
+image-bin:
 	RUSTFLAGS="--remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo --remap-path-prefix=$(CURDIR)=/jumppod" \
 	  nice -n 5 $(CARGO) build --profile image -p jumppod-host --locked
+image: policy image-bin $(CONTROLPLANE)
 	image/build.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
 
 ## image-check: the image built twice has one digest, its layer alone runs the binary, and it is
@@ -223,16 +318,16 @@ real-node-check: real-node-deps real-node-images
 ## and reached again; the kubelet's own evictions under memory pressure; inside a control
 ## plane of its own with 2 real nodes, the second evicting for memory 2 GiB below what is
 ## free when it starts. The tests are built before it starts: a build's memory would press it.
-## The workspace's features, as `unit`'s (plus real-node): the dependencies are not built again.
+## The workspace's features, as `unit`'s: nothing is built again after `make test-build`.
 ## Then the chart on the same nodes (host/tests/in_cluster.rs): `make image`'s image, imported
 ## into each node, installed by helm as operators install it.
-REAL_NODE_TEST := $(CARGO) test --workspace --features jumppod-host/real-node,jumppod-e2e/real-cluster --test real_node --test in_cluster
+REAL_NODE_TEST := $(CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS)
 real-node-scenarios: policy real-node-deps real-node-images sshd image $(HELM) $(CONTROLPLANE)
 	$(REAL_NODE_TEST) --no-run
-	nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --real-node-images $(REAL_NODE_IMAGES) \
+	set -o pipefail; nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --real-node-images $(REAL_NODE_IMAGES) \
 	  --real-node-image $(IMAGE_DIR)/jumppod.oci.tar \
 	  --dir $(TARGET_DIR)/controlplane/real-node -- \
-	  $(REAL_NODE_TEST) -- --nocapture
+	  $(REAL_NODE_TEST) -- --nocapture 2>&1 | tee $(TARGET_DIR)/real-node.log
 
 ## cluster-up: the control plane in the foreground, files in target/controlplane/run (Ctrl-C stops it)
 cluster-up: $(CONTROLPLANE)

@@ -50,9 +50,9 @@ $(CHROMIUM):
 ## web-test: the npm package against the Kubewarden module (Node), the playground in Chromium
 web-test: web policy web/node_modules/.installed $(CHROMIUM)
 	@# The oracle is target/debug/jumppod as `make unit` builds it (the same features: no rebuild).
-	$(CARGO) test --workspace --features jumppod-host/real-cluster,jumppod-e2e/real-cluster --no-run
-	cd web && JUMPPOD_POLICY_WASM=$(POLICY_WASM) CHROMIUM=$(CHROMIUM) node --test --test-concurrency=1 \
-	  test/api.test.mjs test/agreement.test.mjs test/playground.test.mjs
+	$(CARGO) test --workspace --features $(FEATURES) --no-run
+	set -o pipefail; cd web && JUMPPOD_POLICY_WASM=$(POLICY_WASM) CHROMIUM=$(CHROMIUM) node --test --test-concurrency=1 \
+	  test/api.test.mjs test/agreement.test.mjs test/playground.test.mjs 2>&1 | tee $(TARGET_DIR)/web-test.log
 
 ## web-bench: review latency in Node (first and steady) for a conforming jump pod and an ordinary pod
 web-bench: web web/node_modules/.installed
