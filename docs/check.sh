@@ -2,7 +2,8 @@
 # Checks the user documentation:
 #  1. no notes that belong in CHANGELOG.md or the development log: issue numbers, commit ids,
 #     "this stop", "last stop", agents, the workplace, notes about the development machines;
-#  2. every relative markdown link points at a file or directory that exists.
+#  2. every relative markdown link points at a file or directory that exists, and an anchor
+#     into a markdown file names one of its headings.
 # Prints file:line: problem for each hit and exits 1 if there is any.
 # CHANGELOG.md and docs/benchmarks.md may name issues and commits; they are not checked for (1),
 # but their links are checked.
@@ -49,6 +50,12 @@ for f in "${user_docs[@]}"; do
   done
 done
 
+# GitHub's anchors of a markdown file's headings: lower case, punctuation dropped, spaces to '-'.
+slugs() {
+  awk '/^[[:space:]]*(```|~~~)/ {fence = !fence; next} !fence && /^#+ / {sub(/^#+ +/, ""); print}' "$1" |
+    tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9 _-]//g; s/ /-/g'
+}
+
 # 2. Relative links: [text](target) and [label]: target, outside fenced code blocks.
 for f in "${all_docs[@]}"; do
   [ -f "$f" ] || continue
@@ -59,11 +66,18 @@ for f in "${all_docs[@]}"; do
     while IFS= read -r target; do
       case $target in http://*|https://*|mailto:*|\#*) continue ;; esac
       path=${target%%#*}
+      anchor=; [[ $target == *'#'* ]] && anchor=${target#*#}
       [ -n "$path" ] || continue
       resolved=$(realpath -m --relative-to="$root" "$dir/$path")
-      [ -e "$resolved" ] && continue
-      for g in "${generated[@]}"; do [ "$resolved" = "$g" ] && continue 2; done
-      echo "$f:$n: broken link: $target"
+      if [ ! -e "$resolved" ]; then
+        for g in "${generated[@]}"; do [ "$resolved" = "$g" ] && continue 2; done
+        echo "$f:$n: broken link: $target"
+        continue
+      fi
+      # An anchor into a markdown file must name one of its headings (GitHub's slugs).
+      if [ -n "$anchor" ] && [[ $resolved == *.md ]] && ! slugs "$resolved" | grep -qxF -- "$anchor"; then
+        echo "$f:$n: no heading for anchor: $target"
+      fi
     done
   done
 done > /tmp/docs-check-links.$$
