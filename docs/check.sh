@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks the user documentation:
 #  1. no notes that belong in CHANGELOG.md or the development log: issue numbers, commit ids,
 #     "this stop", "last stop", agents, the workplace, notes about the development machines;
