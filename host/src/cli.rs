@@ -225,6 +225,11 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Print the Markdown reference of every command and flag, which is committed as
+    /// docs/reference/cli.md (a test compares the two). Hidden: a maintainer's command; readers
+    /// have the page, --help and `jumppod man`.
+    #[command(hide = true)]
+    HelpMarkdown,
 }
 
 /// `jumppod run`.

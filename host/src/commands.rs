@@ -189,6 +189,9 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
                 what: format!("the manual pages into {}", dir.display()),
                 source,
             }),
+        Command::HelpMarkdown => {
+            write_stdout(crate::reference::markdown(Cli::command()).as_bytes())
+        }
         Command::Run(args) => run_controller(&cli.global, *args).await,
         Command::Rbac {
             namespace,
