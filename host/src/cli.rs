@@ -210,6 +210,26 @@ pub enum Command {
         #[arg(long, default_value = "both", value_parser = ["both", "mutating", "validating"])]
         kind: String,
     },
+    /// Print a completion script for a shell, e.g. `jumppod completions bash >
+    /// /etc/bash_completion.d/jumppod`, or `source <(jumppod completions zsh)` in ~/.zshrc.
+    Completions {
+        /// The shell the script is for.
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page jumppod(1) as roff (`jumppod man | man -l -`); with --out-dir,
+    /// write one page per command into that directory instead (jumppod.1, jumppod-ensure.1,
+    /// jumppod-keys-add.1, ...), for a package's share/man/man1.
+    Man {
+        /// Directory to write every command's page into (it must exist).
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
+    /// Print the Markdown reference of every command and flag, which is committed as
+    /// docs/reference/cli.md (a test compares the two). Hidden: a maintainer's command; readers
+    /// have the page, --help and `jumppod man`.
+    #[command(hide = true)]
+    HelpMarkdown,
 }
 
 /// `jumppod run`.

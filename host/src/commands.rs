@@ -9,6 +9,7 @@ use crate::controller::{self, Clients, Election};
 use crate::error::HostError;
 use crate::gate::Gate;
 use crate::{rbac, resolve, status};
+use clap::CommandFactory;
 use jumppod_plan::Config;
 use jumppod_plan::config::RawConfig;
 use jumppod_plan::config::{self, ConfigError};
@@ -168,6 +169,29 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             Ok(())
         }
         Command::Keys { action } => keys(&cli.global, &printer, action).await,
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "jumppod", &mut script);
+            write_stdout(&script)
+        }
+        Command::Man { out_dir: None } => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut page)
+                .map_err(|source| HostError::Write {
+                    what: "the manual page".into(),
+                    source,
+                })?;
+            write_stdout(&page)
+        }
+        Command::Man { out_dir: Some(dir) } => clap_mangen::generate_to(Cli::command(), &dir)
+            .map_err(|source| HostError::Write {
+                what: format!("the manual pages into {}", dir.display()),
+                source,
+            }),
+        Command::HelpMarkdown => {
+            write_stdout(crate::reference::markdown(Cli::command()).as_bytes())
+        }
         Command::Run(args) => run_controller(&cli.global, *args).await,
         Command::Rbac {
             namespace,
@@ -506,6 +530,20 @@ async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError>
         terminated(),
     )
     .await
+}
+
+/// Writes generated text (a completion script, a manual page) to stdout; a closed stdout is an
+/// error, not a panic.
+fn write_stdout(bytes: &[u8]) -> Result<(), HostError> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map_err(|source| HostError::Write {
+            what: "stdout".into(),
+            source,
+        })
 }
 
 /// SIGTERM (what the kubelet sends) or Ctrl-C.

@@ -96,6 +96,13 @@ pub enum HostError {
         #[source]
         source: serde_json::Error,
     },
+    /// Output that could not be written (stdout closed, a directory that does not exist).
+    #[error("cannot write {what}")]
+    Write {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl HostError {
@@ -113,7 +120,8 @@ impl HostError {
             | HostError::Kube(_)
             | HostError::NoConfig(_)
             | HostError::Controller(_)
-            | HostError::Encode { .. } => exit::ERROR,
+            | HostError::Encode { .. }
+            | HostError::Write { .. } => exit::ERROR,
         }
     }
 
@@ -131,7 +139,7 @@ impl HostError {
             HostError::GaveUp { .. } => "gaveUp",
             HostError::Client { .. } | HostError::Kube(_) | HostError::NoConfig(_) => "client",
             HostError::Controller(_) => "controller",
-            HostError::Encode { .. } => "error",
+            HostError::Encode { .. } | HostError::Write { .. } => "error",
         }
     }
 

@@ -18,6 +18,7 @@ pub(crate) mod gate;
 pub mod keys;
 pub mod observe;
 pub mod rbac;
+pub mod reference;
 pub mod resolve;
 pub mod status;
 #[cfg(feature = "wasm")]

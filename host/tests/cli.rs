@@ -482,7 +482,17 @@ async fn the_binary_without_wasm_judges_with_the_native_policy() {
         .collect();
     assert_eq!(
         commands,
-        ["ensure", "resolve", "status", "keys", "rbac", "run", "help"],
+        [
+            "ensure",
+            "resolve",
+            "status",
+            "keys",
+            "rbac",
+            "run",
+            "completions",
+            "man",
+            "help"
+        ],
         "{help}"
     );
     let out = run(owned(&["eval", &fixture("ordinary_pod_create.json")])).await;
@@ -555,5 +565,166 @@ async fn the_binary_without_wasm_judges_with_the_native_policy() {
             .await
             .is_none(),
         "the native gate refused it before it was written"
+    );
+}
+
+/// The visible commands of `jumppod` as paths (`keys add`), from the definition the binary
+/// parses with.
+fn command_paths() -> Vec<Vec<String>> {
+    fn walk(cmd: &clap::Command, path: &[String], into: &mut Vec<Vec<String>>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let mut path = path.to_vec();
+            path.push(sub.get_name().to_owned());
+            into.push(path.clone());
+            walk(sub, &path, into);
+        }
+    }
+    let mut paths = Vec::new();
+    walk(
+        &<jumppod_host::cli::Cli as clap::CommandFactory>::command(),
+        &[],
+        &mut paths,
+    );
+    paths
+}
+
+/// Bash, given the script, completes `jumppod <TAB>` with every command and `jumppod keys
+/// <TAB>` with every keys command: the script is run, not searched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_completion_offers_every_subcommand() {
+    let out = jumppod(&["completions", "bash"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let dir = std::env::temp_dir().join(format!("jumppod-cli-completions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("jumppod.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    let complete = |words: &[&str]| {
+        // What bash's programmable completion sets before it calls the function: the words
+        // so far and an empty one being completed, the function's arguments the command, the
+        // current word and the one before it.
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let program = format!(
+            "source '{}'; COMP_WORDS=({} ''); COMP_CWORD={}; _jumppod jumppod '' {}; \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display(),
+            quoted.join(" "),
+            words.len(),
+            quoted.last().unwrap(),
+        );
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(program)
+            .output()
+            .expect("run bash");
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let top = complete(&["jumppod"]);
+    let keys = complete(&["jumppod", "keys"]);
+    for path in command_paths() {
+        let offered = match path.as_slice() {
+            [_] => &top,
+            [parent, _] if parent == "keys" => &keys,
+            _ => continue,
+        };
+        let name = path.last().unwrap();
+        assert!(
+            offered.contains(name),
+            "`{}` not offered: {offered:?}",
+            path.join(" ")
+        );
+    }
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = jumppod(&["completions", shell]).await;
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            script.contains("webhook-configuration"),
+            "{shell}:\n{script}"
+        );
+    }
+    let out = jumppod(&["completions", "tcsh"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+/// `jumppod man` is a roff page that names every command; where groff is installed it formats
+/// the page without a warning. With --out-dir, every command has its page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_man_page_is_roff_and_names_every_subcommand() {
+    let out = jumppod(&["man"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let page = String::from_utf8(out.stdout.clone()).unwrap();
+    // The title comes first; only clap_mangen's definition of the apostrophe string (`.ie`,
+    // `.el`) precedes it.
+    let title = page
+        .lines()
+        .position(|l| l.starts_with(".TH "))
+        .expect(".TH");
+    assert!(
+        page.lines()
+            .take(title)
+            .all(|l| l.starts_with(".ie ") || l.starts_with(".el ")),
+        "{page}"
+    );
+    assert!(
+        page.lines()
+            .nth(title)
+            .unwrap()
+            .starts_with(".TH jumppod 1 "),
+        "{page}"
+    );
+    let plain = page.replace("\\-", "-");
+    for path in command_paths().iter().filter(|p| p.len() == 1) {
+        let name = format!("jumppod-{}(1)", path[0]);
+        assert!(plain.contains(&name), "{name} missing from:\n{page}");
+    }
+    assert!(plain.contains("Exit codes"), "{page}");
+    if std::process::Command::new("groff")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let mut groff = std::process::Command::new("groff")
+            .args(["-man", "-Tutf8", "-ww", "-z"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut groff.stdin.take().unwrap(), page.as_bytes()).unwrap();
+        let formatted = groff.wait_with_output().unwrap();
+        assert!(formatted.status.success(), "{}", text(&formatted));
+        assert!(formatted.stderr.is_empty(), "{}", text(&formatted));
+    }
+
+    let dir = std::env::temp_dir().join(format!("jumppod-cli-man-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = jumppod(&["man", "--out-dir", dir.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let mut expected = vec!["jumppod.1".to_owned()];
+    expected.extend(
+        command_paths()
+            .iter()
+            .map(|p| format!("jumppod-{}.1", p.join("-"))),
+    );
+    expected.sort();
+    let mut written: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(written, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let out = jumppod(&["man", "--out-dir", "/nonexistent/jumppod-man"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot write the manual pages"),
+        "{}",
+        text(&out)
     );
 }

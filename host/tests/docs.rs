@@ -1,0 +1,606 @@
+//! The documentation cannot drift from the code silently:
+//!
+//! - docs/reference/cli.md is exactly what `jumppod help-markdown` prints;
+//! - every `jumppod ...` and `make ...` command in a shell code block of README.md or of any
+//!   docs/**/*.md exists: the subcommand path and every flag are checked against the clap
+//!   `Command` the binary parses with, and each make target with `make -n` (which only prints).
+//!
+//! Both need the `wasm` feature (the default): without it `eval`, `webhook` and
+//! `webhook-configuration` do not exist, and the page documents them.
+
+use clap::CommandFactory;
+use jumppod_host::cli::Cli;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const REGENERATE: &str = "cargo run -p jumppod-host -- help-markdown > docs/reference/cli.md";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ is in the repository")
+        .to_path_buf()
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "wasm"),
+    ignore = "without the wasm feature the binary lacks eval, webhook and webhook-configuration"
+)]
+fn the_cli_reference_is_what_the_binary_prints() {
+    let out = Command::new(jumppod_testkit::jumppod_bin())
+        .arg("help-markdown")
+        .output()
+        .expect("run jumppod help-markdown");
+    assert!(
+        out.status.success(),
+        "jumppod help-markdown failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).expect("the reference is UTF-8");
+    let path = repo_root().join("docs/reference/cli.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    if committed == printed {
+        return;
+    }
+    let (line, ours, theirs) = printed
+        .lines()
+        .map(Some)
+        .chain(std::iter::repeat(None))
+        .zip(committed.lines().map(Some).chain(std::iter::repeat(None)))
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+        .map(|(n, (a, b))| (n + 1, a, b))
+        .unwrap_or((0, None, None));
+    let shown = |line: Option<&str>| line.map_or("(the end)".to_owned(), |l| format!("{l:?}"));
+    let (ours, theirs) = (shown(ours), shown(theirs));
+    panic!(
+        "docs/reference/cli.md is not what `jumppod help-markdown` prints (the command line \
+         changed, or the page was edited by hand). Regenerate it from the repository's root:\n\n    \
+         {REGENERATE}\n\nand commit it. First difference, line {line}:\n  \
+         the binary prints: {ours}\n  the file has:      {theirs}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "wasm"),
+    ignore = "without the wasm feature the binary lacks eval, webhook and webhook-configuration"
+)]
+fn every_command_in_the_docs_exists() {
+    let root = repo_root();
+    let mut files = vec![root.join("README.md")];
+    markdown_files(&root.join("docs"), &mut files);
+    let cli = built_cli();
+    let mut make = Make::new(&root);
+    let mut problems = Vec::new();
+    let mut checked = BTreeMap::<&str, usize>::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        for (line, command) in shell_lines(&text) {
+            for words in commands(&command) {
+                let result = match program(&words) {
+                    Some(("jumppod", args)) => {
+                        *checked.entry("jumppod").or_default() += 1;
+                        check_jumppod(&cli, args)
+                    }
+                    Some(("make", args)) => {
+                        *checked.entry("make").or_default() += 1;
+                        make.check(args)
+                    }
+                    _ => Ok(()),
+                };
+                if let Err(problem) = result {
+                    problems.push(format!("{shown}:{line}: {problem}\n    {}", command.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} command(s) of the documentation do not exist ({} checked):\n{}",
+        problems.len(),
+        checked.values().sum::<usize>(),
+        problems.join("\n")
+    );
+    assert!(
+        checked.get("jumppod").copied().unwrap_or(0) > 0,
+        "no `jumppod` command found in a shell code block of {files:?}: is the scanner broken?"
+    );
+}
+
+/// The clap command as the binary has it, built: help flags, the `help` subcommand and the
+/// global arguments propagated to every subcommand.
+fn built_cli() -> clap::Command {
+    let mut cli = Cli::command();
+    cli.build();
+    cli
+}
+
+fn markdown_files(dir: &Path, into: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            markdown_files(&path, into);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            into.push(path);
+        }
+    }
+}
+
+/// The lines of the fenced code blocks that hold shell commands (``` with no language, sh,
+/// bash, shell, zsh or console), with their 1-based line numbers. A line continued with a
+/// backslash is joined with the next. The opening fence's indentation is removed, as Markdown
+/// does: a line indented further (a diagram's) is not a command. A `$ ` prompt is removed.
+fn shell_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut fence: Option<(String, usize, bool)> = None; // (marker, indent, shell?)
+    let mut pending: Option<(usize, String)> = None;
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let marker: String = trimmed
+            .chars()
+            .take_while(|&c| c == '`' || c == '~')
+            .collect();
+        let is_fence =
+            marker.len() >= 3 && marker.chars().all(|c| c == marker.as_bytes()[0] as char);
+        match &fence {
+            None if is_fence => {
+                let info = trimmed[marker.len()..].trim();
+                let language = info.split([' ', '{', ',']).next().unwrap_or("");
+                let shell = matches!(
+                    language,
+                    "" | "sh" | "bash" | "shell" | "zsh" | "console" | "shell-session"
+                );
+                fence = Some((marker, indent, shell));
+            }
+            None => {}
+            Some((open, _, _))
+                if is_fence
+                    && marker.starts_with(open.as_str())
+                    && trimmed[marker.len()..].trim().is_empty() =>
+            {
+                fence = None;
+                if let Some(p) = pending.take() {
+                    out.push(p);
+                }
+            }
+            Some((_, _, false)) => {}
+            Some((_, fence_indent, true)) => {
+                let strip = indent.min(*fence_indent);
+                let content = &line[strip..];
+                let (start, joined) = match pending.take() {
+                    Some((start, mut text)) => {
+                        text.push(' ');
+                        text.push_str(content.trim_start());
+                        (start, text)
+                    }
+                    // Indented further than its fence: not a command (a diagram's line).
+                    None if content.starts_with(char::is_whitespace) => continue,
+                    None => {
+                        let command = content
+                            .strip_prefix("$ ")
+                            .or_else(|| content.strip_prefix("% "))
+                            .unwrap_or(content);
+                        (n + 1, command.to_owned())
+                    }
+                };
+                match joined.strip_suffix('\\') {
+                    Some(head) => pending = Some((start, head.trim_end().to_owned())),
+                    None => out.push((start, joined)),
+                }
+            }
+        }
+    }
+    if let Some(p) = pending {
+        out.push(p);
+    }
+    out
+}
+
+/// The simple commands of a shell line, as words: split at `|`, `||`, `&&`, `;` and `&`, quotes
+/// removed, a `#` comment dropped. `$(...)` and `` `...` `` stay inside their word.
+fn commands(line: &str) -> Vec<Vec<String>> {
+    let mut commands = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars().peekable();
+    let finish = |word: &mut String, in_word: &mut bool, words: &mut Vec<String>| {
+        if *in_word {
+            words.push(std::mem::take(word));
+            *in_word = false;
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => finish(&mut word, &mut in_word, &mut words),
+            '#' if !in_word => break,
+            '|' | ';' | '&' if !(c == '&' && word.ends_with('>')) => {
+                finish(&mut word, &mut in_word, &mut words);
+                if matches!(chars.peek(), Some('|' | '&')) {
+                    chars.next();
+                }
+                commands.push(std::mem::take(&mut words));
+            }
+            '\'' => {
+                in_word = true;
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        break;
+                    }
+                    word.push(c);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(c) = chars.next() {
+                                word.push(c);
+                            }
+                        }
+                        c => word.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(c) = chars.next() {
+                    word.push(c);
+                }
+            }
+            '$' if chars.peek() == Some(&'(') => {
+                // A command substitution is one word (or part of one) whatever it holds.
+                in_word = true;
+                word.push(c);
+                let mut depth = 0;
+                for c in chars.by_ref() {
+                    word.push(c);
+                    match c {
+                        '(' => depth += 1,
+                        ')' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            '`' => {
+                in_word = true;
+                word.push(c);
+                for c in chars.by_ref() {
+                    word.push(c);
+                    if c == '`' {
+                        break;
+                    }
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    finish(&mut word, &mut in_word, &mut words);
+    commands.push(words);
+    commands.retain(|c| !c.is_empty());
+    commands
+}
+
+/// The program a command runs and its arguments, past `VAR=value` assignments and `sudo`:
+/// `jumppod` (also as a path, `./target/debug/jumppod`) or `make`.
+fn program(words: &[String]) -> Option<(&'static str, &[String])> {
+    let mut rest = words;
+    while let Some((first, tail)) = rest.split_first() {
+        let assignment = first.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+        if assignment || first == "sudo" || (first.starts_with('-') && words[0] == "sudo") {
+            rest = tail;
+            continue;
+        }
+        return match first.rsplit('/').next() {
+            Some("jumppod") => Some(("jumppod", tail)),
+            Some("make") => Some(("make", tail)),
+            _ => None,
+        };
+    }
+    None
+}
+
+/// A word that stands for something the reader fills in: `<NAME>`, `[OPTIONS]`, `{a,b}`,
+/// `...`, or a name in capitals (`COMMAND`, `SHELL`).
+fn placeholder(word: &str) -> bool {
+    word.starts_with(['<', '[', '{'])
+        || word.trim_end_matches('.').is_empty()
+        || word == "…"
+        || (word.chars().any(|c| c.is_ascii_uppercase())
+            && word
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || "_-|.".contains(c)))
+}
+
+/// Checks `jumppod ARGS`: each word where a subcommand is expected names one (or is a
+/// placeholder, after which nothing is checked), and every flag is an argument of the command
+/// reached so far (the global ones included). Values and positional arguments are not checked.
+fn check_jumppod(cli: &clap::Command, args: &[String]) -> Result<(), String> {
+    let mut cmd = cli;
+    let mut path = vec![cli.get_name().to_owned()];
+    let mut words = args.iter().peekable();
+    while let Some(word) = words.next() {
+        let word = word.as_str();
+        if word == "--" {
+            break;
+        }
+        // An optional flag written in brackets, `[--flag]` or `[-o json]`, is still a flag.
+        let flag = word.trim_start_matches('[').trim_end_matches(']');
+        if let Some(long) = flag.strip_prefix("--").filter(|l| !l.is_empty()) {
+            let (name, inline) = match long.split_once('=') {
+                Some((name, _)) => (name, true),
+                None => (long, false),
+            };
+            let arg = cmd
+                .get_arguments()
+                .find(|a| {
+                    a.get_long() == Some(name)
+                        || a.get_all_aliases().unwrap_or_default().contains(&name)
+                })
+                .ok_or_else(|| format!("`{}` has no flag --{name}", path.join(" ")))?;
+            if !inline && needs_value(arg) {
+                words.next();
+            }
+        } else if flag.len() > 1
+            && flag.starts_with('-')
+            && !flag[1..].starts_with(|c: char| c.is_ascii_digit())
+        {
+            let shorts: Vec<char> = flag[1..].chars().collect();
+            for (i, &c) in shorts.iter().enumerate() {
+                let arg = cmd
+                    .get_arguments()
+                    .find(|a| {
+                        a.get_short() == Some(c)
+                            || a.get_all_short_aliases().unwrap_or_default().contains(&c)
+                    })
+                    .ok_or_else(|| format!("`{}` has no flag -{c}", path.join(" ")))?;
+                if arg.get_action().takes_values() {
+                    // The rest of the word is its value, or the next word is.
+                    if i + 1 == shorts.len() && needs_value(arg) {
+                        words.next();
+                    }
+                    break;
+                }
+            }
+        } else if cmd.has_subcommands() {
+            if placeholder(word) {
+                return Ok(());
+            }
+            cmd = cmd
+                .find_subcommand(word)
+                .ok_or_else(|| format!("`{}` has no subcommand {word}", path.join(" ")))?;
+            path.push(cmd.get_name().to_owned());
+        }
+        // Else a positional argument or a flag's value: not checked.
+    }
+    Ok(())
+}
+
+fn needs_value(arg: &clap::Arg) -> bool {
+    arg.get_action().takes_values() && arg.get_num_args().is_none_or(|n| n.min_values() > 0)
+}
+
+/// `make -n` of each target named, once each.
+struct Make {
+    root: PathBuf,
+    seen: BTreeMap<Vec<String>, Result<(), String>>,
+}
+
+impl Make {
+    fn new(root: &Path) -> Self {
+        Make {
+            root: root.to_path_buf(),
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// Checks `make ARGS`: `make -n -C <root> [VAR=value...] TARGET` for each target (the
+    /// default goal when none is named); `-C DIR` is taken relative to the repository's root.
+    fn check(&mut self, args: &[String]) -> Result<(), String> {
+        let mut dir = self.root.clone();
+        let mut assignments = Vec::new();
+        let mut targets = Vec::new();
+        let mut words = args.iter().peekable();
+        while let Some(word) = words.next() {
+            let word = word.as_str();
+            if let Some(d) = word
+                .strip_prefix("--directory=")
+                .or_else(|| word.strip_prefix("-C").filter(|d| !d.is_empty()))
+            {
+                dir = self.root.join(d);
+            } else if word == "-C" {
+                dir = self
+                    .root
+                    .join(words.next().map(String::as_str).unwrap_or("."));
+            } else if matches!(word, "-f" | "-I" | "-o" | "-W") {
+                words.next();
+            } else if matches!(word, "-j" | "-l") {
+                words.next_if(|w| w.parse::<f64>().is_ok());
+            } else if word.starts_with('-') || placeholder(word) {
+            } else if word.contains('=') {
+                assignments.push(word.to_owned());
+            } else {
+                targets.push(Some(word.to_owned()));
+            }
+        }
+        if targets.is_empty() {
+            targets.push(None);
+        }
+        for target in targets {
+            let mut key = vec![dir.display().to_string()];
+            key.extend(assignments.iter().cloned());
+            key.extend(target.iter().cloned());
+            if !self.seen.contains_key(&key) {
+                let result = make_n(&dir, &assignments, target.as_deref());
+                self.seen.insert(key.clone(), result);
+            }
+            self.seen[&key].clone()?;
+        }
+        Ok(())
+    }
+}
+
+fn make_n(dir: &Path, assignments: &[String], target: Option<&str>) -> Result<(), String> {
+    let out = Command::new("make")
+        .arg("-n")
+        .arg("-C")
+        .arg(dir)
+        .args(assignments)
+        .args(target)
+        // Not the flags or jobserver of a make this test may run under.
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run make: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(format!(
+        "`make -n {}` fails ({}): {}",
+        target.unwrap_or("(the default goal)"),
+        out.status,
+        stderr.lines().last().unwrap_or("").trim()
+    ))
+}
+
+// The checker itself: that it finds what it must, and only that.
+
+#[test]
+fn shell_blocks_are_found_and_others_are_not() {
+    let doc = "\
+text jumppod nope
+```sh
+$ jumppod status -n dstack \\
+    -p main   # a comment
+```
+```yaml
+jumppod: not a command
+```
+   ```console
+   $ make demo
+     jumppod run (controller) ──▶ a diagram's line
+   ```
+~~~
+jumppod keys list
+~~~
+";
+    assert_eq!(
+        shell_lines(doc),
+        [
+            (
+                3,
+                "jumppod status -n dstack -p main   # a comment".to_owned()
+            ),
+            (10, "make demo".to_owned()),
+            (14, "jumppod keys list".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn shell_words_split_at_operators_and_keep_quotes_and_substitutions() {
+    assert_eq!(
+        commands(r#"jumppod rbac -n dstack | kubectl apply -f - && make x; echo "a b" 2>&1 # c"#),
+        [
+            vec!["jumppod", "rbac", "-n", "dstack"],
+            vec!["kubectl", "apply", "-f", "-"],
+            vec!["make", "x"],
+            vec!["echo", "a b", "2>&1"],
+        ]
+    );
+    assert_eq!(
+        commands(r#"jumppod keys add --name 'a b' "$(cat a.pub)" --x=$(cat f | wc -l)"#),
+        [vec![
+            "jumppod",
+            "keys",
+            "add",
+            "--name",
+            "a b",
+            "$(cat a.pub)",
+            "--x=$(cat f | wc -l)"
+        ]]
+    );
+}
+
+#[test]
+fn a_missing_subcommand_or_flag_is_named() {
+    let cli = built_cli();
+    let check = |line: &str| {
+        let words = &commands(line)[0];
+        let (_, args) = program(words).expect("a jumppod command");
+        check_jumppod(&cli, args)
+    };
+    for good in [
+        "jumppod --help",
+        "jumppod -o json status -n dstack -p main",
+        "jumppod --kubeconfig=k ensure -n dstack -p main --gpu-tolerations --cpu 1",
+        "jumppod keys add -ndstack -p main --key-file alice.pub",
+        "jumppod keys <add|remove|list> -p main",
+        "jumppod rbac -n dstack --controller -A [--image IMAGE]",
+        "KUBECONFIG=k ./target/debug/jumppod run -v -n dstack",
+        "jumppod help keys add",
+        "jumppod completions bash",
+        "jumppod ensure --help",
+    ] {
+        assert_eq!(check(good), Ok(()), "{good}");
+    }
+    assert_eq!(
+        check("jumppod ensure -n dstack --no-such-flag"),
+        Err("`jumppod ensure` has no flag --no-such-flag".to_owned())
+    );
+    assert_eq!(
+        check("jumppod keys add -x"),
+        Err("`jumppod keys add` has no flag -x".to_owned())
+    );
+    assert_eq!(
+        check("jumppod keys rotate -p main"),
+        Err("`jumppod keys` has no subcommand rotate".to_owned())
+    );
+    assert_eq!(
+        check("jumppod status --controller"),
+        Err("`jumppod status` has no flag --controller".to_owned()),
+        "a flag of another command"
+    );
+}
+
+#[test]
+fn a_missing_make_target_fails_and_an_existing_one_passes() {
+    let mut make = Make::new(&repo_root());
+    let args = |line: &str| commands(line)[0][1..].to_vec();
+    assert_eq!(make.check(&args("make -j4 demo")), Ok(()));
+    let missing = make.check(&args("make no-such-target-here"));
+    assert!(
+        missing
+            .as_ref()
+            .is_err_and(|e| e.contains("no-such-target-here")),
+        "{missing:?}"
+    );
+}
