@@ -29,7 +29,7 @@ FEATURES     := jumppod-host/real-node,jumppod-e2e/real-cluster
 STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 
-.PHONY: image image-bin image-check all setup check test-build packages kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: image image-bin image-check all setup check test-build packages docs-check docs-reference kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -90,10 +90,21 @@ no-wasm:
 
 ## lint: formatting and clippy, warnings are errors. The real-node tests are named: `--all-targets`
 ## leaves out test targets with `test = false`.
-lint: setup
+lint: setup docs-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features $(FEATURES) -- -D warnings
 	$(CARGO) clippy --workspace --features $(FEATURES) $(REAL_NODE_TESTS) -- -D warnings
+
+## docs-check: the user docs carry no work notes (issue numbers, commit ids) and their links
+## resolve (docs/check.sh); host/tests/docs.rs checks their commands against the binary
+docs-check:
+	bash docs/check.sh
+
+## docs-reference: docs/reference/cli.md again, from the binary's clap definitions (a test
+## fails while the committed page differs)
+docs-reference:
+	$(CARGO) build --workspace --features $(FEATURES) --bin jumppod
+	$(TARGET_DIR)/debug/jumppod help-markdown > docs/reference/cli.md
 
 ## helm: built from its Go module (no prebuilt binary is downloaded), for the chart's lint,
 ## template and tests (host/tests/chart.rs reads its path from JUMPPOD_HELM)
@@ -132,7 +143,7 @@ unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE) $(HELM)
 CHECK_TESTS := --lib --bins --test import_cycles --test fixtures --test mutations \
   --test compilations --test pool --test policy_wasm --test policy_hostile --test policy_manifests \
   --test policy_properties --test admission --test api --test controllers --test faults \
-  --test rbac --test scale --test scenarios
+  --test rbac --test scale --test scenarios --test docs
 check: policy lint
 	set -o pipefail; $(CARGO) test --workspace --features $(FEATURES) $(CHECK_TESTS) 2>&1 | tee $(TARGET_DIR)/check.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/check.log

@@ -1,8 +1,9 @@
 //! Names, labels and selectors of dstack's jump pod: the one place that defines them.
 //!
-//! dstack #3891 moved the jump pod from a bare pod labelled only with
-//! `app.kubernetes.io/name=<pod name>` to a ReplicaSet whose pods carry the current labels.
-//! Clusters run both schemas side by side, so both are described here.
+//! dstack's PR #3891 moved the jump pod's labels from `app.kubernetes.io/name=<pod name>` alone
+//! to the current set (`app.kubernetes.io/name=dstack-ssh-proxy`, the instance, managed-by and
+//! project labels), which jumppod's ReplicaSet also gives its pods. Clusters run both schemas
+//! side by side, so both are described here.
 
 use std::collections::BTreeMap;
 
