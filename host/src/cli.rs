@@ -99,8 +99,9 @@ pub enum Command {
     /// Add, remove or list users' SSH keys. They are kept in the Secret
     /// <name>-authorized-keys, which the jump pod mounts: a replacement pod has them from its
     /// start, the running pod within about 100 seconds (the kubelet refreshes the mounted
-    /// Secret on its pod sync, every minute plus jitter, then the pod merges it every 10 seconds). Each is restricted as dstack restricts a job's user: command="/bin/false",
-    /// so it can jump (ssh -J) but not open a shell.
+    /// Secret on its pod sync, every minute plus jitter, then the pod merges it every 10
+    /// seconds). Each is restricted as dstack restricts a job's user: command="/bin/false", so
+    /// it can jump (ssh -J) but not open a shell.
     Keys {
         #[command(subcommand)]
         action: KeysAction,

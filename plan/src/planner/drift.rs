@@ -105,7 +105,7 @@ pub fn drift(config: &Config, desired: &Desired, rs: &ReplicaSet) -> Option<Find
             env_value(wanted_c).unwrap_or_default()
         ));
     }
-    if let Some(found) = keys_problem(&found_spec, found_c, &wanted, wanted_c) {
+    if let Some(found) = keys_problem(&found_spec, found_c, wanted, wanted_c) {
         differences.push(Difference {
             field: "authorized keys".into(),
             found,
