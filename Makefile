@@ -29,7 +29,7 @@ FEATURES     := jumppod-host/real-node,jumppod-e2e/real-cluster
 STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 
-.PHONY: image image-bin image-check all setup check test-build packages docs-check docs-reference kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: image image-bin image-check all setup check test-build packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -108,9 +108,15 @@ docs-reference:
 
 ## helm: built from its Go module (no prebuilt binary is downloaded), for the chart's lint,
 ## template and tests (host/tests/chart.rs reads its path from JUMPPOD_HELM)
+## The default Kubernetes version of `helm template` and `helm lint` set as helm's own release
+## build sets it (its Makefile: the minor of the client-go it is built with, 1.37 for 3.22);
+## built without it, helm renders for Kubernetes 1.20.
+HELM_KUBE_MINOR := 37
+HELM_LDFLAGS := -s -w $(foreach pkg,lint/rules chartutil,-X helm.sh/helm/v3/pkg/$(pkg).k8sVersionMajor=1 \
+  -X helm.sh/helm/v3/pkg/$(pkg).k8sVersionMinor=$(HELM_KUBE_MINOR))
 $(HELM):
 	GOBIN=$(TARGET_DIR)/tools CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 \
-		go install -ldflags '-s -w' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+		go install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 ## chart-check: helm lint (strict) and helm template of charts/jumppod, with its defaults, every
 ## namespace and the webhook; host/tests/chart.rs compares what it renders with the binary's
@@ -306,6 +312,30 @@ image-bin:
 	  nice -n 5 $(CARGO) build --profile image -p jumppod-host --locked
 image: policy image-bin $(CONTROLPLANE)
 	image/build.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
+
+## dist: a static `jumppod` for Linux x86_64 (musl, optimised as the image's binary) and its
+## SHA-256, in target/dist: for machines that run the CLI or the controller outside a cluster.
+## The rustup target and Debian's musl-tools (musl-gcc, for ring's and zstd's C code) are
+## installed when missing. The image keeps its glibc build: musl's allocator is slower under
+## the webhook's load.
+DIST_TARGET := x86_64-unknown-linux-musl
+DIST_DIR    := $(TARGET_DIR)/dist
+DIST_BIN    := $(DIST_DIR)/jumppod-$(VERSION)-x86_64-linux-musl
+dist: setup
+	@rustup target list --installed | grep -qx '$(DIST_TARGET)' || rustup target add $(DIST_TARGET)
+	@command -v musl-gcc >/dev/null 2>&1 || { \
+	  echo "dist: installing Debian's musl-tools (musl-gcc compiles ring's and zstd's C code)"; \
+	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq musl-tools || { apt-get update -qq && apt-get install -y -qq musl-tools; }; } >/dev/null; \
+	  else echo "run as root or install musl-tools yourself" >&2; exit 1; fi; }
+	RUSTFLAGS="--remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo --remap-path-prefix=$(CURDIR)=/jumppod" \
+	  nice -n 5 $(CARGO) build --profile image --target $(DIST_TARGET) -p jumppod-host --locked
+	mkdir -p $(DIST_DIR)
+	cp $(TARGET_DIR)/$(DIST_TARGET)/image/jumppod $(DIST_BIN)
+	@# Static: the kernel runs it with no loader and no libraries.
+	@! ldd $(DIST_BIN) >/dev/null 2>&1 || { ldd $(DIST_BIN); echo "dist: $(DIST_BIN) is not static" >&2; exit 1; }
+	$(DIST_BIN) --version
+	cd $(DIST_DIR) && sha256sum $(notdir $(DIST_BIN)) > $(notdir $(DIST_BIN)).sha256
+	@echo "dist: $(DIST_BIN), $$(wc -c < $(DIST_BIN)) bytes, sha256 $$(cut -d' ' -f1 $(DIST_BIN).sha256)"
 
 ## image-check: the image built twice has one digest, its layer alone runs the binary, and it is
 ## pushed to a registry and pulled by digest (Debian's skopeo and docker-registry, on loopback)
