@@ -82,6 +82,39 @@ pub fn classify(app: Option<&str>, name: Option<&str>) -> Option<Schema> {
     }
 }
 
+/// The CEL expression of an admission webhook's `matchConditions` (GA in Kubernetes 1.30) that
+/// holds exactly for what [`classify`] calls a jump pod, as the policy classifies it: a Pod by
+/// its own labels and name (the request's name for a pod named by `generateName`), a
+/// ReplicaSet by its template's labels and name (else its own name), whatever its own labels.
+/// Every other object is admitted by the API server without calling the webhook. Each field
+/// is tested with `has` before it is read, the request's name too (absent for a pod named by
+/// `generateName`): an expression that errors under `failurePolicy: Fail` refuses the object.
+pub fn match_condition() -> String {
+    let pod = classified(
+        "object.metadata",
+        "(has(object.metadata.name) && object.metadata.name != '' ? object.metadata.name : \
+         has(request.name) ? request.name : '')",
+    );
+    let template = classified(
+        "object.spec.template.metadata",
+        "(has(object.spec.template.metadata.name) ? object.spec.template.metadata.name : \
+         has(object.metadata.name) ? object.metadata.name : '')",
+    );
+    format!(
+        "request.kind.kind == 'Pod' ? {pod} : request.kind.kind == 'ReplicaSet' && \
+         has(object.spec) && has(object.spec.template) && has(object.spec.template.metadata) && {template}"
+    )
+}
+
+/// [`classify`] in CEL, for the metadata at `meta` and the name `name`.
+fn classified(meta: &str, name: &str) -> String {
+    let app = format!("{meta}.labels['{NAME_LABEL}']");
+    format!(
+        "(has({meta}.labels) && '{NAME_LABEL}' in {meta}.labels && ({app} == '{APP_NAME}' || \
+         ({app}.endsWith('{JUMP_POD_SUFFIX}') && {app} == {name})))"
+    )
+}
+
 /// `dstack-<project>-ssh-jump-pod`.
 pub fn jump_pod_name(project: &str) -> String {
     format!("{NAME_PREFIX}{project}{JUMP_POD_SUFFIX}")

@@ -722,6 +722,49 @@ fn a_bad_value_is_refused_naming_it(#[case] values: &[&str], #[case] error: &str
     assert!(refused.contains(error), "{refused}");
 }
 
+/// Below Kubernetes 1.30 there are no matchConditions to send jump pods alone: the webhook would
+/// be sent every pod and ReplicaSet, so the chart renders it only for the namespaces listed,
+/// and from 1.30 on with the expression `jumppod webhook-configuration` prints.
+#[rstest]
+#[case::kubernetes_1_29_without_a_namespace_list("1.29.0", &[], None)]
+#[case::kubernetes_1_29_for_listed_namespaces("1.29.0", &["--set", "webhook.onlyNamespaces={dstack}"], Some(false))]
+#[case::kubernetes_1_30("1.30.0", &[], Some(true))]
+fn the_webhook_needs_match_conditions_or_a_namespace_list(
+    #[case] kubernetes: &str,
+    #[case] values: &[&str],
+    #[case] matches: Option<bool>,
+) {
+    let values = [
+        &[
+            "--set",
+            "webhook.enabled=true",
+            "--kube-version",
+            kubernetes,
+        ],
+        values,
+    ]
+    .concat();
+    let rendered = template_in(NS, &values);
+    let Some(matches) = matches else {
+        let refused = rendered.expect_err("refused below 1.30 without webhook.onlyNamespaces");
+        assert!(
+            refused.contains("has no matchConditions (GA in 1.30)")
+                && refused.contains("set webhook.onlyNamespaces"),
+            "{refused}"
+        );
+        return;
+    };
+    let chart = rendered.expect("rendered");
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let webhook = &one(&chart, kind)["webhooks"][0];
+        assert_eq!(webhook.get("matchConditions").is_some(), matches, "{kind}");
+        assert_eq!(webhook.get("objectSelector"), None, "{kind}");
+    }
+}
+
 /// The chart's rendered objects pass the real API server's server-side dry run (strict field
 /// validation), and an install keeps its generated CA across an upgrade and leaves nothing
 /// once uninstalled.

@@ -214,8 +214,8 @@ async fn a_namespace_being_deleted_is_reported_as_such_not_as_missing_rbac() {
 /// undersized ReplicaSet made before the webhook are refused, which the real controller
 /// reports as FailedCreate and ensure as the policy's message; a body that is not an
 /// AdmissionReview gets one back saying so; with the webhook gone, a pod without
-/// `app.kubernetes.io/name` is still created (the objectSelector: the deadlock Kubernetes'
-/// "Avoiding deadlocks in self-hosted webhooks" warns of), failurePolicy Fail refuses a jump
+/// `app.kubernetes.io/name` is still created (matchConditions send only jump pods: the
+/// deadlock Kubernetes' "Avoiding deadlocks in self-hosted webhooks" warns of), failurePolicy Fail refuses a jump
 /// pod and Ignore admits it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_policy_as_a_real_admission_webhook() {
@@ -351,6 +351,106 @@ async fn the_policy_as_a_real_admission_webhook() {
         pods.create(&dry, &jump).await.ok()
     })
     .await;
+}
+
+/// Only what the policy calls a jump pod reaches the webhook (`matchConditions`): with the
+/// webhook gone under `failurePolicy: Fail`, the real API server refuses exactly the pods and
+/// ReplicaSets that `schema::classify` calls jump pods (its CEL and the policy agree on every
+/// label set of the table) and admits every other one without a call: an ordinary workload
+/// labelled `app.kubernetes.io/name` among them, as most Helm-installed workloads are. A
+/// ReplicaSet is judged by its template's labels, not its own: one labelled only on its
+/// template reaches the webhook, one labelled only on itself does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_what_the_policy_calls_a_jump_pod_reaches_the_webhook() {
+    let admin = admin().await;
+    let ns = "rc-match";
+    let _cleanup = CleanUp(ns.into());
+    namespace(&admin, ns).await;
+    let webhook = Webhook::start();
+    let configs = webhook.configurations("Fail", ns);
+    drop(webhook); // every call fails from here on
+    register(&admin, ns, &configs).await;
+    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
+    let replicasets: Api<ReplicaSet> = Api::namespaced(admin.client.clone(), ns);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let failed_call = |e: kube::Error| {
+        let text = e.to_string();
+        text.contains("failed calling webhook").then_some(text)
+    };
+    // The API server's webhook informer takes a moment: until a jump pod is refused.
+    wait_for("the configurations to refuse a jump pod", || async {
+        pods.create(&dry, &jump_pod("main", &[]))
+            .await
+            .err()
+            .and_then(failed_call)
+    })
+    .await;
+
+    let legacy = schema::jump_pod_name("old");
+    // The app.kubernetes.io/name label (None: no labels at all) and the object's name (None:
+    // named by generateName).
+    let table: [(Option<&str>, Option<&str>); 9] = [
+        (Some(schema::APP_NAME), None),
+        (Some(schema::APP_NAME), Some("any-name")),
+        (Some(&legacy), Some(&legacy)),
+        (Some(&legacy), Some("another-name")),
+        (Some(&legacy), None),
+        (Some("web"), Some("web")),
+        (Some("web"), None),
+        (Some("Dstack-SSH-Proxy"), None),
+        (None, None),
+    ];
+    for (at, (app, name)) in table.into_iter().enumerate() {
+        let jump = schema::classify(app, name).is_some();
+        let mut labels = json!({"row": at.to_string()});
+        if let Some(app) = app {
+            labels[schema::NAME_LABEL] = json!(app);
+        }
+        let mut meta = match name {
+            Some(name) => json!({"name": name}),
+            None => json!({"generateName": "row-"}),
+        };
+        let spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+
+        meta["labels"] = labels.clone();
+        let pod: Pod = typed(json!({"metadata": meta.clone(), "spec": spec}));
+        let created = pods.create(&dry, &pod).await;
+        assert_eq!(
+            created.is_err(),
+            jump,
+            "pod {app:?} named {name:?}: {:?}",
+            created.map_err(|e| e.to_string()).err()
+        );
+        if let Err(e) = created {
+            assert!(
+                failed_call(e).is_some(),
+                "pod {app:?} {name:?}: refused as unreachable"
+            );
+        }
+
+        // A ReplicaSet: its template labelled, itself labelled as the opposite of a jump pod
+        // (a jump pod's labels on an ordinary template, none on a jump pod's template).
+        meta["labels"] = if jump {
+            json!({"row": at.to_string()})
+        } else {
+            json!({"row": at.to_string(), (schema::NAME_LABEL): schema::APP_NAME})
+        };
+        let rs: ReplicaSet = typed(json!({
+            "metadata": meta,
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"row": at.to_string()}},
+                     "template": {"metadata": {"labels": labels}, "spec": spec}}
+        }));
+        let created = replicasets.create(&dry, &rs).await;
+        assert_eq!(
+            created.is_err(),
+            jump,
+            "ReplicaSet of template {app:?} named {name:?}: {:?}",
+            created.map_err(|e| e.to_string()).err()
+        );
+    }
 }
 
 /// Registers `configs` (jumppod's, named for `ns`, so that [`CleanUp`] removes them).

@@ -31,7 +31,7 @@ pub struct Scope {
 
 /// The webhook configuration of `kind` that sends pods and ReplicaSets to the webhook, with
 /// the rules of the policy's metadata.yml (the same requests Kubewarden would send it),
-/// scoped to the objects labelled `app.kubernetes.io/name` outside `scope.left_out`.
+/// scoped to jump pods and jump-pod ReplicaSets (`matchConditions`) outside `scope.left_out`.
 pub fn configuration(
     kind: Kind,
     endpoint: &Endpoint,
@@ -71,10 +71,11 @@ pub fn configuration(
         "timeoutSeconds": 10,
         "clientConfig": client,
         "rules": [rule("", "pods"), rule("apps", "replicasets")],
-        // Every jump pod carries the key, with a value per schema: dstack-ssh-proxy (current),
-        // its own name (pre-#3891, one per project), so Exists, not In. The API server reads
-        // the object's own labels (a ReplicaSet's, not its template's).
-        "objectSelector": {"matchExpressions": [{"key": schema::NAME_LABEL, "operator": "Exists"}]},
+        // Only what the policy classifies as a jump pod or a jump-pod ReplicaSet is sent: any
+        // other pod is admitted without a call, so the cluster's workloads never wait for the
+        // webhook, even under Fail. Not an objectSelector: it reads a ReplicaSet's own labels,
+        // not its template's, and cannot compare a label with the name.
+        "matchConditions": [{"name": "jump-pods", "expression": schema::match_condition()}],
         "namespaceSelector": {"matchExpressions": namespaces},
     });
     let kind = match kind {
@@ -161,7 +162,7 @@ mod tests {
     #[case::only_some_namespaces_and_never_those_left_out(&["dstack"], &["kube-system"], json!([
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["dstack"]}]))]
-    fn the_selectors_send_only_labelled_objects_of_the_namespaces_in_scope(
+    fn only_jump_pods_of_the_namespaces_in_scope_are_sent(
         #[case] only: &[&str],
         #[case] left_out: &[&str],
         #[case] expressions: Value,
@@ -179,9 +180,11 @@ mod tests {
                 webhook["namespaceSelector"],
                 json!({"matchExpressions": expressions})
             );
+            // No objectSelector: it would skip a ReplicaSet labelled only on its template.
+            assert_eq!(webhook.get("objectSelector"), None);
             assert_eq!(
-                webhook["objectSelector"],
-                json!({"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]})
+                webhook["matchConditions"],
+                json!([{"name": "jump-pods", "expression": schema::match_condition()}])
             );
         }
     }
