@@ -456,7 +456,8 @@ fn legacy_pod() -> Pod {
     .unwrap()
 }
 
-/// An ordinary pod that the configurations' object selector sends to the webhook.
+/// An ordinary pod labelled `app.kubernetes.io/name`, as most Helm-installed workloads are:
+/// never sent to the webhook.
 fn ordinary_pod() -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": "ordinary", "labels": {"app.kubernetes.io/name": "ordinary"}},
@@ -524,7 +525,8 @@ async fn the_in_cluster_webhook_is_called_through_its_service_and_an_uninstall_l
     assert_eq!(limits.get("memory"), requests.get("memory"));
 
     // The webhook scaled to zero: in the namespace it covers, its failure policy (Fail) refuses
-    // pods; a namespace it does not cover admits them.
+    // jump pods, and admits every other pod without a call (matchConditions); a namespace it
+    // does not cover admits jump pods too.
     let webhook = format!("{}-jumppod-webhook", release.name);
     let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
     let webhook = match deployments.get_opt(&webhook).await.unwrap() {
@@ -561,19 +563,23 @@ async fn the_in_cluster_webhook_is_called_through_its_service_and_an_uninstall_l
     // Until kube-proxy drops the last pod from the Service, the API server's call can hang on
     // it past the client's 10 s: that is not yet the refusal asked for, so it is tried again.
     wait_for(
-        "the covered namespace to refuse pods while the webhook is down",
+        "the covered namespace to refuse jump pods while the webhook is down",
         Duration::from_secs(90),
         || async {
-            dry_run(&client, covered, &ordinary_pod())
+            dry_run(&client, covered, &legacy_pod())
                 .await
                 .err()
                 .filter(|e| e.to_string().contains("failed calling webhook"))
         },
     )
     .await;
-    dry_run(&client, free, &ordinary_pod())
+    dry_run(&client, covered, &ordinary_pod()).await.expect(
+        "an ordinary pod labelled app.kubernetes.io/name is admitted while the webhook is down: \
+         only jump pods are sent to it",
+    );
+    dry_run(&client, free, &legacy_pod())
         .await
-        .expect("a namespace the webhook does not cover admits pods while it is down");
+        .expect("a namespace the webhook does not cover admits jump pods while it is down");
 
     // An upgrade to a changed value: the configurations now ignore a failed call.
     release.upgrade(&["webhook.failurePolicy=Ignore"]);
@@ -610,9 +616,9 @@ async fn the_in_cluster_webhook_is_called_through_its_service_and_an_uninstall_l
     );
     // The API server drops a deleted configuration when its informer hears of it.
     wait_for(
-        "no webhook left to block pods in the covered namespace",
+        "no webhook left to block jump pods in the covered namespace",
         Duration::from_secs(30),
-        || async { dry_run(&client, covered, &ordinary_pod()).await.ok() },
+        || async { dry_run(&client, covered, &legacy_pod()).await.ok() },
     )
     .await;
     for n in [covered, free, ns] {
