@@ -331,8 +331,8 @@ dist: setup
 	  nice -n 5 $(CARGO) build --profile image --target $(DIST_TARGET) -p jumppod-host --locked
 	mkdir -p $(DIST_DIR)
 	cp $(TARGET_DIR)/$(DIST_TARGET)/image/jumppod $(DIST_BIN)
-	@# Static: the kernel runs it with no loader and no libraries.
-	@! ldd $(DIST_BIN) >/dev/null 2>&1 || { ldd $(DIST_BIN); echo "dist: $(DIST_BIN) is not static" >&2; exit 1; }
+	@# Static: no program interpreter (loader) and no shared library needed.
+	@! readelf -ld $(DIST_BIN) | grep -E 'program interpreter|\(NEEDED\)' || { echo "dist: $(DIST_BIN) is not static" >&2; exit 1; }
 	$(DIST_BIN) --version
 	cd $(DIST_DIR) && sha256sum $(notdir $(DIST_BIN)) > $(notdir $(DIST_BIN)).sha256
 	@echo "dist: $(DIST_BIN), $$(wc -c < $(DIST_BIN)) bytes, sha256 $$(cut -d' ' -f1 $(DIST_BIN).sha256)"
