@@ -33,6 +33,17 @@ STAGE        := .ci/stage $(STAGES)
 
 all: policy
 
+# $(call apt-install,PACKAGES): Debian's PACKAGES installed as root (the package lists updated
+# only when the install fails), or an error naming them; one shell statement.
+apt-install = if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq $(1) || { apt-get update -qq && \
+  apt-get install -y -qq $(1); }; } >/dev/null; else echo "run as root or install $(1) yourself" >&2; exit 1; fi
+# The image's and the static binary's sources named by paths that are the same in every clone
+# and on every machine, so that the same commit builds the same bytes.
+REMAP_RUSTFLAGS = --remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo --remap-path-prefix=$(CURDIR)=/jumppod
+# $(call count-tests,WHAT,LOG...): cargo's and node's test results in LOG added up, one line.
+count-tests = cat $(2) 2>/dev/null | awk '/^test result:/ {p += $$4; f += $$6} /^\# pass / {p += $$3} \
+  /^\# fail / {f += $$3} END {printf "$(1): %d passed, %d failed\n", p, f}'
+
 ## setup: install the wasm32-wasip1 target, clippy and rustfmt when missing
 setup:
 	@rustup target list --installed | grep -qx '$(WASM_TARGET)' || rustup target add $(WASM_TARGET)
@@ -51,8 +62,7 @@ kubectl:
 sshd:
 	@{ test -x /usr/sbin/sshd && command -v ip >/dev/null 2>&1; } || { \
 	  echo "sshd or ip not found: installing Debian's openssh-server and iproute2 (host/tests/sshd.rs runs a real sshd)"; \
-	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq openssh-server iproute2 || { apt-get update -qq && apt-get install -y -qq openssh-server iproute2; }; } >/dev/null; \
-	  else echo "run as root or install openssh-server and iproute2 yourself" >&2; exit 1; fi; }
+	  $(call apt-install,openssh-server iproute2); }
 
 ## policy: build the Kubewarden policy (policy.wasm at the top of the repo)
 policy: policy.wasm
@@ -140,7 +150,7 @@ test-build: setup
 unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE) $(HELM)
 	set -o pipefail; $(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
 	  $(CARGO) test --workspace --features $(FEATURES) --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
-	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/test.log
+	@$(call count-tests,tests,$(TARGET_DIR)/test.log)
 
 ## check: the contributors' fast tier, no root, no cluster: fmt, clippy, and the tests of the
 ## core, the policy (natively and through waPC), the planner, the review, the Wasm runtime and
@@ -152,7 +162,7 @@ CHECK_TESTS := --lib --bins --test import_cycles --test fixtures --test mutation
   --test rbac --test scale --test scenarios --test docs
 check: policy lint
 	set -o pipefail; $(CARGO) test --workspace --features $(FEATURES) $(CHECK_TESTS) 2>&1 | tee $(TARGET_DIR)/check.log
-	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(TARGET_DIR)/check.log
+	@$(call count-tests,tests,$(TARGET_DIR)/check.log)
 
 ## test: what CI runs. Everything is built first, two stages at a time (`test-builds`: the cargo
 ## builds in target/ one after another, beside them Go, Debian's packages, the images and the
@@ -163,9 +173,7 @@ test:
 	@rm -f $(STAGES)
 	@rm -f $(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log
 	@$(MAKE) --no-print-directory test-stages; rc=$$?; $(STAGE) --summary; \
-	  cat $(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log 2>/dev/null | awk \
-	    '/^test result:/ {p += $$4; f += $$6} /^# pass / {p += $$3} /^# fail / {f += $$3} \
-	     END {printf "all tests (Rust, real nodes, web): %d passed, %d failed\n", p, f}'; exit $$rc
+	  $(call count-tests,all tests (Rust and real nodes and web),$(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log); exit $$rc
 
 test-stages:
 	$(MAKE) --no-print-directory -j2 test-builds
@@ -218,8 +226,7 @@ packages:
 	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if ! command -v kubectl >/dev/null 2>&1; then missing="$$missing kubernetes-client"; fi; \
 	if [ -z "$$(echo $$missing)" ]; then echo "packages: all installed"; \
-	elif [ "$$(id -u)" != 0 ]; then echo "run as root or install these yourself:" $$missing >&2; exit 1; \
-	else echo "installing Debian's" $$missing; apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
+	else echo "installing Debian's" $$missing; $(call apt-install,$$missing); fi
 
 ## demo: the policy on example requests, then the host's upgrade story against the simulator
 ## (no Wasm runtime is built: the policy's code runs natively, as `jumppod ensure` runs it)
@@ -252,8 +259,7 @@ BENCH_WEBHOOK_PACKAGES := wrk jq curl openssl
 bench-webhook: policy
 	@{ command -v wrk && command -v jq && command -v curl && command -v openssl; } >/dev/null 2>&1 || { \
 	  echo "bench-webhook: installing Debian's $(BENCH_WEBHOOK_PACKAGES) (wrk loads the webhook)"; \
-	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq $(BENCH_WEBHOOK_PACKAGES) || { apt-get update -qq && apt-get install -y -qq $(BENCH_WEBHOOK_PACKAGES); }; } >/dev/null; \
-	  else echo "run as root or install $(BENCH_WEBHOOK_PACKAGES) yourself" >&2; exit 1; fi; }
+	  $(call apt-install,$(BENCH_WEBHOOK_PACKAGES)); }
 	$(CARGO) build --profile bench -p jumppod-host --bin jumppod
 	host/bench/webhook.sh $(TARGET_DIR)/release/jumppod $(POLICY_WASM)
 
@@ -288,8 +294,7 @@ real-node-deps:
 	@{ test -x /usr/bin/containerd && test -x /usr/sbin/runc && test -x /usr/lib/cni/bridge && \
 	   test -x /usr/sbin/iptables && test -x /usr/sbin/conntrack && test -x /usr/sbin/debootstrap && test -x /usr/sbin/ip; } || { \
 	  echo "real nodes: installing Debian's $(REAL_NODE_PACKAGES)"; \
-	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq $(REAL_NODE_PACKAGES) || { apt-get update -qq && apt-get install -y -qq $(REAL_NODE_PACKAGES); }; } >/dev/null; \
-	  else echo "run as root or install $(REAL_NODE_PACKAGES) yourself" >&2; exit 1; fi; }
+	  $(call apt-install,$(REAL_NODE_PACKAGES)); }
 
 ## real-node-images: the pause and sshd images (controlplane/images/build.sh), built from this
 ## repository's files and Debian's packages, cached under target/images by their inputs
@@ -308,7 +313,7 @@ IMAGE_DIR := $(TARGET_DIR)/oci
 IMAGE_BIN := $(TARGET_DIR)/image/jumppod
 ## image-bin: the image's binary alone (no control plane needed)
 image-bin:
-	RUSTFLAGS="--remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo --remap-path-prefix=$(CURDIR)=/jumppod" \
+	RUSTFLAGS="$(REMAP_RUSTFLAGS)" \
 	  nice -n 5 $(CARGO) build --profile image -p jumppod-host --locked
 image: policy image-bin $(CONTROLPLANE)
 	image/build.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
@@ -325,9 +330,8 @@ dist: setup
 	@rustup target list --installed | grep -qx '$(DIST_TARGET)' || rustup target add $(DIST_TARGET)
 	@command -v musl-gcc >/dev/null 2>&1 || { \
 	  echo "dist: installing Debian's musl-tools (musl-gcc compiles ring's and zstd's C code)"; \
-	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq musl-tools || { apt-get update -qq && apt-get install -y -qq musl-tools; }; } >/dev/null; \
-	  else echo "run as root or install musl-tools yourself" >&2; exit 1; fi; }
-	RUSTFLAGS="--remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo --remap-path-prefix=$(CURDIR)=/jumppod" \
+	  $(call apt-install,musl-tools); }
+	RUSTFLAGS="$(REMAP_RUSTFLAGS)" \
 	  nice -n 5 $(CARGO) build --profile image --target $(DIST_TARGET) -p jumppod-host --locked
 	mkdir -p $(DIST_DIR)
 	cp $(TARGET_DIR)/$(DIST_TARGET)/image/jumppod $(DIST_BIN)
@@ -343,8 +347,7 @@ IMAGE_PACKAGES := skopeo docker-registry
 image-check: image
 	@{ command -v skopeo && command -v docker-registry; } >/dev/null 2>&1 || { \
 	  echo "image-check: installing Debian's $(IMAGE_PACKAGES)"; \
-	  if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq $(IMAGE_PACKAGES) || { apt-get update -qq && apt-get install -y -qq $(IMAGE_PACKAGES); }; } >/dev/null; \
-	  else echo "run as root or install $(IMAGE_PACKAGES) yourself" >&2; exit 1; fi; }
+	  $(call apt-install,$(IMAGE_PACKAGES)); }
 	image/check.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
 
 ## real-node-check: the control plane with 2 real nodes (kubelet, containerd, kube-proxy), the
