@@ -172,13 +172,22 @@ pub enum Command {
         /// has given up on the review; and below the pod's default 30 s grace period.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         shutdown_grace: Duration,
+        /// On SIGTERM or Ctrl-C, before the listener closes: how long it goes on accepting and
+        /// answering, with /readyz answering 503 and every answer closing its connection. In a
+        /// pod behind a Service, a few seconds: the time its removal from the endpoints takes
+        /// to reach kube-proxy, during which the API server still sends it reviews (on new
+        /// connections and on kept-alive ones). Add it to --shutdown-grace when choosing the
+        /// pod's terminationGracePeriodSeconds.
+        #[arg(long, default_value = "0s", value_parser = parse_duration_or_zero)]
+        drain_delay: Duration,
         #[command(flatten)]
         module: Module,
     },
     #[cfg(feature = "wasm")]
-    /// Print the webhook configurations that send pods and ReplicaSets (CREATE, UPDATE: the
-    /// rules of the policy's metadata.yml) labelled app.kubernetes.io/name, outside
-    /// kube-system and the webhook's namespace, to `jumppod webhook`: a
+    /// Print the webhook configurations that send jump pods and jump-pod ReplicaSets (CREATE,
+    /// UPDATE: the rules of the policy's metadata.yml; matchConditions that select what the
+    /// policy calls a jump pod), outside kube-system and the webhook's namespace, to
+    /// `jumppod webhook`: a
     /// MutatingWebhookConfiguration (/mutate) and a ValidatingWebhookConfiguration
     /// (/validate, the verdict on the object after every mutating webhook), as a YAML stream
     /// (-o json: a List) for `kubectl apply -f -`.
@@ -254,8 +263,9 @@ pub struct RunArgs {
     /// Elect a leader on a Lease, so that of several replicas only one writes.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
-    /// Name of the Lease.
-    #[arg(long, default_value = "jumppod")]
+    /// Name of the Lease (the printed RBAC, `jumppod rbac --controller`, and the chart grant
+    /// get and update on this name only).
+    #[arg(long, default_value = crate::rbac::LEASE_NAME)]
     pub lease_name: String,
     /// Namespace of the Lease (default: POD_NAMESPACE, else the watched namespace, else the
     /// kubeconfig context's).
@@ -408,6 +418,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} must be positive"));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// [`parse_duration`], where 0 (`0`, `0s`) means none.
+pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
+    match text.trim().trim_end_matches(['s', 'm', 'h']).parse::<f64>() {
+        Ok(n) if n == 0.0 => Ok(Duration::ZERO),
+        _ => parse_duration(text),
+    }
 }
 
 /// Reads a configuration file, YAML or JSON (JSON is YAML); the planning crate parses it.

@@ -81,6 +81,7 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             tls_cert,
             tls_key,
             shutdown_grace,
+            drain_delay,
             module,
         } => {
             let settings = json_arg("--settings", &module.settings)?;
@@ -103,6 +104,7 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
                 }),
                 settings,
                 grace: shutdown_grace,
+                drain: drain_delay,
             };
             crate::webhook::serve(
                 options,

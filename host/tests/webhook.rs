@@ -238,6 +238,17 @@ fn certificate(path: &std::path::Path) -> Vec<u8> {
 /// One request on an open session, kept alive: the status code and the body (read by its
 /// Content-Length).
 async fn ask(session: &mut Session, method: &str, path: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = ask_with_head(session, method, path, body).await;
+    (status, body)
+}
+
+/// [`ask`], with the answer's head (status line and headers) too.
+async fn ask_with_head(
+    session: &mut Session,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String, String) {
     let exchange = async {
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -263,7 +274,7 @@ async fn ask(session: &mut Session, method: &str, path: &str, body: &str) -> (u1
                     .unwrap_or_else(|| panic!("no Content-Length in {head:?}"));
                 if rest.len() >= length {
                     let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap();
-                    return (status, rest[..length].to_owned());
+                    return (status, head.to_owned(), rest[..length].to_owned());
                 }
             }
         }
@@ -575,13 +586,14 @@ async fn a_body_of_7_mib_is_reviewed_and_a_longer_one_refused_under_its_uid() {
 }
 
 /// The serving pair replaced in place (as cert-manager rotates it) is served from the next
-/// handshake on, without a restart; a connection opened before keeps its session and goes on
-/// answering. A pair that does not load on the way (a certificate half written, a key of
+/// handshake on, without a restart; a connection opened before gets its next answer and is
+/// closed after it, so that the client verifies the new certificate. A pair that does not load on the way (a certificate half written, a key of
 /// another certificate) keeps the previous one served, with a warning naming the flag, the
 /// file and the problem. The files are compared on every handshake, so the handshake right
 /// after a change already sees it: no polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_open_connections_go_on() {
+async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_older_connections_close_after_their_answer()
+ {
     let dir = scratch("rotation");
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::copy(tls("tls.crt"), &cert).unwrap();
@@ -639,19 +651,27 @@ async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_open_conn
     let (mut after, served) = connect(&webhook.addr).await;
     assert_eq!(served, b, "the rotated pair, from the next handshake on");
     webhook.log.wait_for("serving certificate reloaded").await;
-    assert_eq!(
-        ask(&mut after, "GET", "/healthz", "").await,
-        (200, "ok\n".to_owned())
+    let (status, head, _) = ask_with_head(&mut after, "GET", "/healthz", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        !head.to_ascii_lowercase().contains("connection: close"),
+        "a connection made with the current pair is kept alive: {head}"
     );
-    assert_eq!(
-        ask(&mut before, "GET", "/healthz", "").await,
-        (200, "ok\n".to_owned()),
-        "the connection opened before the rotation goes on"
+    // The connection made with the old pair gets its answer, and is closed after it: the
+    // client's next connection verifies the new certificate.
+    let (status, head, _) = ask_with_head(&mut before, "GET", "/healthz", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "the connection opened before the rotation is closed after its answer: {head}"
     );
     assert_eq!(
         before.get_ref().1.peer_certificates().unwrap()[0].to_vec(),
         a
     );
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(ANSWER, before.read_to_end(&mut rest)).await;
+    assert!(matches!(closed, Ok(Ok(0))), "{closed:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -717,6 +737,78 @@ async fn sigterm_lets_the_review_in_flight_finish_refuses_new_connections_and_ex
         "the review was answered after SIGTERM:\n{}",
         webhook.log.seen.join("\n")
     );
+}
+
+/// SIGTERM with `--drain-delay`: for the delay the webhook still accepts and answers (a
+/// review on a connection kept alive from before, a new connection's /readyz), but /readyz
+/// answers 503 and every answer closes its connection, so the client's next request opens a
+/// new one, where a Service would by then send it. Only then does the listener close, and it
+/// exits 0. Without the delay (the test above) the listener closes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_drain_delay_answers_on_closing_each_connection_then_stops_listening() {
+    let mut webhook = Start {
+        args: &["--drain-delay", "3s"],
+        ..Start::new(&policy_wasm())
+    }
+    .start()
+    .await;
+    let (mut kept, _) = connect(&webhook.addr).await;
+    let (status, head, _) = ask_with_head(&mut kept, "GET", "/readyz", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        !head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+
+    let pid = webhook.child.id().expect("running").to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    webhook.log.wait_for("draining").await;
+
+    // The kept-alive connection: its next review is answered, and closes it.
+    let review = fixture("admission_review_legacy_bare_pod_create.json");
+    let (status, head, body) = ask_with_head(&mut kept, "POST", "/mutate", &review).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["response"]["uid"], LEGACY_UID, "{answer}");
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(ANSWER, kept.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0))),
+        "the connection stays open after an answer that closes it: {closed:?}"
+    );
+
+    // A new connection is still accepted: not ready, and closed after the answer.
+    let (mut late, _) = connect(&webhook.addr).await;
+    let (status, head, body) = ask_with_head(&mut late, "GET", "/readyz", "").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("shutting down"), "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+
+    // The drain over: the listener is closed, and the process exits 0.
+    webhook.log.wait_for("shutting down").await;
+    let refused = tokio::net::TcpStream::connect(&webhook.addr).await;
+    assert_eq!(
+        refused.as_ref().err().map(std::io::Error::kind),
+        Some(std::io::ErrorKind::ConnectionRefused),
+        "a connection after the drain: {refused:?}"
+    );
+    let exit = tokio::time::timeout(ANSWER, webhook.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the webhook did not exit within {ANSWER:?} of the drain"))
+        .unwrap();
+    assert_eq!(exit.code(), Some(0), "{}", webhook.log.seen.join("\n"));
 }
 
 /// A FIFO as the module: the webhook listens first and blocks reading the module until the

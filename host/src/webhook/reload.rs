@@ -5,9 +5,12 @@
 //! The check runs on each TLS handshake, not on a timer: two `stat`s per handshake (the files'
 //! size, modification time and inode, which a kubelet's symlink swap changes too), no task to
 //! run beside the server, and the first handshake after a change already gets the new pair.
-//! Connections already open keep the session they made. A pair that does not load (a file
-//! half written, a key of another certificate) leaves the previous one served, with a warning
-//! naming the file and the problem, once per change of the files.
+//! The server also checks before each answer ([`Reloading::generation`]): a connection made
+//! with a pair since replaced closes after its answer, so a client that keeps its connections
+//! alive (the API server does) verifies the new certificate on its next one, instead of never.
+//! A pair that does not load (a file half written, a key of another certificate) leaves the
+//! previous one served, with a warning naming the file and the problem, once per change of the
+//! files.
 
 use jumppod_plan::config::ConfigError;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,8 @@ pub struct Reloading {
 #[derive(Debug)]
 struct State {
     serving: Arc<CertifiedKey>,
+    /// How many times a changed pair was loaded.
+    generation: u64,
     /// The files as they were last read (whether that read loaded a pair or not).
     seen: Stamp,
 }
@@ -70,12 +75,26 @@ impl Reloading {
             cert: cert.to_owned(),
             key: key.to_owned(),
             provider,
-            state: Mutex::new(State { serving, seen }),
+            state: Mutex::new(State {
+                serving,
+                generation: 0,
+                seen,
+            }),
         })
     }
 
     /// The pair to serve: read again first if the files changed since they were last read.
     pub fn current(&self) -> Arc<CertifiedKey> {
+        self.checked().0
+    }
+
+    /// Which pair is served now, as a count of reloads: a connection whose handshake came
+    /// before a change sees a larger number than the one it started with.
+    pub fn generation(&self) -> u64 {
+        self.checked().1
+    }
+
+    fn checked(&self) -> (Arc<CertifiedKey>, u64) {
         let now = stamp(&self.cert, &self.key);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if now != state.seen {
@@ -83,6 +102,7 @@ impl Reloading {
             match load(&self.cert, &self.key, &self.provider) {
                 Ok(pair) => {
                     state.serving = Arc::new(pair);
+                    state.generation += 1;
                     tracing::info!(
                         cert = %self.cert.display(),
                         key = %self.key.display(),
@@ -97,7 +117,7 @@ impl Reloading {
                 ),
             }
         }
-        state.serving.clone()
+        (state.serving.clone(), state.generation)
     }
 }
 

@@ -33,13 +33,18 @@ pub struct Options {
     pub settings: Value,
     /// How long a shutdown waits for the reviews in flight.
     pub grace: std::time::Duration,
+    /// How long, once told to shut down, the webhook goes on accepting and answering (each
+    /// answer closing its connection, /readyz 503) before it closes the listener: the time the
+    /// pod's removal from the Service's endpoints takes to reach every node's kube-proxy.
+    pub drain: std::time::Duration,
 }
 
 /// The TLS configuration from PEM files: the serving chain and its key (PKCS#8, SEC1 or RSA),
-/// read again on a handshake after they change ([`Reloading`]).
-pub fn tls(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, HostError> {
+/// read again on a handshake after they change ([`Reloading`], also returned: the server asks
+/// it before each answer whether the pair changed).
+pub fn tls(cert: &Path, key: &Path) -> Result<(rustls::ServerConfig, Arc<Reloading>), HostError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let pair = Reloading::new(cert, key, provider.clone())?;
+    let pair = Arc::new(Reloading::new(cert, key, provider.clone())?);
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| ConfigError {
@@ -48,9 +53,9 @@ pub fn tls(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, HostError> {
             problem: e.to_string(),
         })?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(pair));
+        .with_cert_resolver(pair.clone());
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    Ok((config, pair))
 }
 
 /// Serves until `shutdown` resolves. The listener is bound first, so the probes answer while
@@ -58,15 +63,20 @@ pub fn tls(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, HostError> {
 /// compiled the module and its settings are accepted; then `ready` gets the address actually
 /// listened on (port 0 picks a free one). If `load` fails, its error ends the serving.
 ///
-/// On `shutdown` the listener is closed (a new connection is refused), each open connection
-/// answers the request it is reading or reviewing and closes (hyper's graceful shutdown), and
-/// serving ends once they are all closed or `grace` has passed, whichever comes first.
+/// On `shutdown` it drains first, for `drain`: it still accepts and answers, but /readyz
+/// answers 503 and every answer carries `Connection: close`, so a client holding a kept-alive
+/// connection (the API server's, through a Service whose endpoints still name this pod) opens
+/// its next one where the Service now sends it. Then the listener is closed (a new connection
+/// is refused), each open connection answers the request it is reading or reviewing and closes
+/// (hyper's graceful shutdown), and serving ends once they are all closed or `grace` has
+/// passed, whichever comes first.
 pub async fn serve(
     options: Options,
     ready: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), HostError> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls(&options.cert, &options.key)?));
+    let (config, pair) = tls(&options.cert, &options.key)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| ConfigError {
@@ -87,6 +97,8 @@ pub async fn serve(
         policy: OnceLock::new(),
         settings: Arc::new(Settings::new(&options.settings)),
         evaluating: evaluations(),
+        draining: std::sync::atomic::AtomicBool::new(false),
+        pair,
     });
     // wasmtime compiles synchronously: on the blocking pool, while the probes are answered.
     let mut load = tokio::task::spawn_blocking(options.load);
@@ -95,6 +107,10 @@ pub async fn serve(
     // Every connection holds a receiver: `closed` is every connection finished.
     let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
+    // Armed when the shutdown comes: the end of the drain.
+    let drained = tokio::time::sleep(std::time::Duration::ZERO);
+    tokio::pin!(drained);
+    let mut draining = false;
     loop {
         let (tcp, peer) = tokio::select! {
             loaded = &mut load, if loading => {
@@ -116,7 +132,21 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            () = &mut shutdown, if !draining => {
+                if options.drain.is_zero() {
+                    break;
+                }
+                draining = true;
+                state.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(
+                    drain = ?options.drain,
+                    "draining: still answering, each answer closing its connection, /readyz 503, \
+                     until the endpoints' change has reached every kube-proxy"
+                );
+                drained.as_mut().reset(tokio::time::Instant::now() + options.drain);
+                continue;
+            }
+            () = &mut drained, if draining => break,
         };
         tokio::spawn(connection(
             tcp,
@@ -151,6 +181,10 @@ struct State {
     settings: Arc<Settings>,
     /// A permit per evaluation running.
     evaluating: Arc<tokio::sync::Semaphore>,
+    /// Shutting down: not ready, and no connection kept alive.
+    draining: std::sync::atomic::AtomicBool,
+    /// The serving pair.
+    pair: Arc<Reloading>,
 }
 
 /// As many evaluations at a time as there are cores: each runs on a thread of the blocking
@@ -176,6 +210,9 @@ async fn connection(
     state: Arc<State>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
+    // Taken before the handshake: a pair replaced during it closes the connection after its
+    // first answer, at worst one connection more than needed.
+    let generation = state.pair.generation();
     let tls = tokio::select! {
         accepted = acceptor.accept(tcp) => match accepted {
             Ok(tls) => tls,
@@ -190,10 +227,26 @@ async fn connection(
     let service = hyper::service::service_fn(move |req| {
         let state = state.clone();
         async move {
-            Ok::<_, std::convert::Infallible>(match state.policy.get() {
+            let draining = state.draining.load(std::sync::atomic::Ordering::Relaxed);
+            let mut answer = match state.policy.get() {
+                Some(_) if draining && req.uri().path() == "/readyz" => reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    b"jumppod webhook: shutting down\n".to_vec(),
+                ),
                 Some(policy) => handle(req, policy, &state.settings, &state.evaluating).await,
                 None => not_ready(req).await,
-            })
+            };
+            // Draining, or the serving pair replaced since this connection's handshake: hyper
+            // closes the connection once this answer is written, and the client's next one
+            // goes where the Service sends it now, verifying the pair served now.
+            if draining || state.pair.generation() != generation {
+                answer.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+            }
+            Ok::<_, std::convert::Infallible>(answer)
         }
     });
     let conn = hyper::server::conn::http1::Builder::new()
