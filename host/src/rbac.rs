@@ -97,13 +97,19 @@ pub const CONTROLLER_RULES: &[Rule] = &[
     },
 ];
 
-/// The controller's Lease, in its own namespace only.
-pub const LEASE_RULE: Rule = Rule {
-    group: "coordination.k8s.io",
-    resource: "leases",
-    verbs: &["get", "create", "update"],
-    cluster: false,
-};
+/// The Lease `jumppod run` elects its leader with, unless `--lease-name` says otherwise.
+pub const LEASE_NAME: &str = "jumppod";
+
+/// The controller's Lease, in its own namespace only: `get` and `update` of that one Lease by
+/// name, and `create`, which RBAC cannot limit by name (the authorizer sees no name on a create:
+/// Kubernetes' "Referring to resources" in Using RBAC Authorization).
+pub fn lease_rules(name: &str) -> Vec<Value> {
+    vec![
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}),
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+               "resourceNames": [name], "verbs": ["get", "update"]}),
+    ]
+}
 
 /// The image the printed Deployment runs unless told otherwise.
 pub const CONTROLLER_IMAGE: &str = concat!("ghcr.io/jumppod/jumppod:", env!("CARGO_PKG_VERSION"));
@@ -199,7 +205,7 @@ pub fn controller_objects(
         }));
     }
     let mut namespaced = if all_namespaces { Vec::new() } else { rules };
-    namespaced.extend(rules_json(&[LEASE_RULE], false));
+    namespaced.extend(lease_rules(LEASE_NAME));
     objects.push(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": name, "namespace": namespace}, "rules": namespaced,
@@ -231,6 +237,8 @@ pub fn controller_objects(
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": service_account,
+                    // No variable per Service of the namespace (dstack's holds one per project).
+                    "enableServiceLinks": false,
                     // The lease is released on SIGTERM; 30 s leaves time for a write in flight.
                     "terminationGracePeriodSeconds": 30,
                     "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -320,8 +328,9 @@ mod tests {
             json!({"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list", "watch"]})
         );
         assert_eq!(
-            rules.as_array().unwrap().last().unwrap()["resources"],
-            json!(["leases"])
+            rules.as_array().unwrap().last().unwrap(),
+            &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "resourceNames": ["jumppod"], "verbs": ["get", "update"]})
         );
         assert_eq!(
             objects[3]["spec"]["template"]["spec"]["containers"][0]["args"],
@@ -353,7 +362,11 @@ mod tests {
         );
         assert_eq!(
             objects[3]["rules"],
-            json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}])
+            json!([
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": ["jumppod"], "verbs": ["get", "update"]},
+            ])
         );
     }
 }

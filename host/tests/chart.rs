@@ -106,6 +106,47 @@ fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     }
 }
 
+/// The webhook configuration of `kind` that Helm creates after an install or upgrade (a hook),
+/// checked to have a twin that only differs by being the pre-delete hook that removes it.
+fn configuration<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    let all = of_kind(objects, kind);
+    let hook = |o: &&Value| o["metadata"]["annotations"]["helm.sh/hook"].clone();
+    let (Some(created), Some(removed)) = (
+        all.iter()
+            .find(|o| hook(o) == "post-install,post-upgrade,post-rollback"),
+        all.iter().find(|o| hook(o) == "pre-delete"),
+    ) else {
+        panic!("{kind}: a post-install/upgrade/rollback hook and a pre-delete one, not {all:?}");
+    };
+    assert_eq!(all.len(), 2, "{kind}");
+    assert_eq!(
+        created["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+        "before-hook-creation"
+    );
+    assert_eq!(
+        removed["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+        "before-hook-creation,hook-succeeded",
+        "the pre-delete copy replaces the configuration, then is deleted itself"
+    );
+    let strip = |o: &Value| {
+        let mut o = o.clone();
+        let annotations = o["metadata"]["annotations"].as_object_mut().unwrap();
+        annotations.remove("helm.sh/hook");
+        annotations.remove("helm.sh/hook-delete-policy");
+        o
+    };
+    assert_eq!(strip(created), strip(removed), "{kind}: the twins differ");
+    created
+}
+
+/// The Secret whose name ends with `suffix` (`-tls`: the serving pair, `-ca`: the CA).
+fn secret<'a>(objects: &'a [Value], suffix: &str) -> &'a Value {
+    of_kind(objects, "Secret")
+        .into_iter()
+        .find(|s| s["metadata"]["name"].as_str().unwrap().ends_with(suffix))
+        .unwrap_or_else(|| panic!("no Secret named *{suffix}"))
+}
+
 /// The Deployment whose pods are of this component (`controller`, `webhook`).
 fn deployment<'a>(objects: &'a [Value], component: &str) -> &'a Value {
     of_kind(objects, "Deployment")
@@ -264,7 +305,7 @@ fn the_webhook_configurations_are_what_webhook_configuration_prints(
     #[case] flags: &[&str],
 ) {
     let chart = template(&[&["--set", "webhook.enabled=true"], values].concat());
-    let secret = one(&chart, "Secret");
+    let secret = secret(&chart, "-tls");
     let ca = base64_decode(&secret["data"]["ca.crt"]);
     let ca_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "chart-ca-{}.crt",
@@ -293,7 +334,7 @@ fn the_webhook_configurations_are_what_webhook_configuration_prints(
         "ValidatingWebhookConfiguration",
     ] {
         assert_eq!(
-            one(&chart, kind)["webhooks"],
+            configuration(&chart, kind)["webhooks"],
             one(&printed, kind)["webhooks"],
             "{kind}"
         );
@@ -324,16 +365,15 @@ fn base64_decode(value: &Value) -> Vec<u8> {
 /// its key is the certificate's, as the webhook loads them (rustls, as `jumppod webhook`).
 #[test]
 fn the_generated_certificate_serves_the_services_names() {
-    use rustls::client::danger::ServerCertVerifier as _;
     use rustls::pki_types::pem::PemObject as _;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use std::sync::Arc;
     use tokio_rustls::rustls;
 
     let chart = template(&["--set", "webhook.enabled=true"]);
-    let secret = one(&chart, "Secret");
-    assert_eq!(secret["type"], "kubernetes.io/tls");
-    let pem = |key: &str| base64_decode(&secret["data"][key]);
+    let serving = secret(&chart, "-tls");
+    assert_eq!(serving["type"], "kubernetes.io/tls");
+    let pem = |key: &str| base64_decode(&serving["data"][key]);
     let chain: Vec<_> = CertificateDer::pem_slice_iter(&pem("tls.crt"))
         .collect::<Result<_, _>>()
         .unwrap();
@@ -342,42 +382,74 @@ fn the_generated_certificate_serves_the_services_names() {
     rustls::sign::CertifiedKey::from_der(chain.clone(), key, &provider)
         .expect("the key is the certificate's");
 
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(&pem("ca.crt")) {
-        roots.add(ca.unwrap()).unwrap();
-    }
     let webhook_ca = base64_decode(
-        &one(&chart, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["caBundle"],
+        &configuration(&chart, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["caBundle"],
     );
     assert_eq!(webhook_ca, pem("ca.crt"), "the caBundle is the Secret's CA");
+    // The CA's key is kept in a Secret of its own, which the webhook does not mount.
+    let ca = secret(&chart, "-ca");
+    assert_eq!(base64_decode(&ca["data"]["tls.crt"]), pem("ca.crt"));
+    let mounted = &deployment(&chart, "webhook")["spec"]["template"]["spec"]["volumes"];
+    assert!(
+        !mounted
+            .to_string()
+            .contains(ca["metadata"]["name"].as_str().unwrap()),
+        "{mounted}"
+    );
+    let service = one(&chart, "Service")["metadata"]["name"].as_str().unwrap();
+    for name in [
+        format!("{service}.{NS}.svc"),
+        format!("{service}.{NS}.svc.cluster.local"),
+    ] {
+        verify(&pem("tls.crt"), &pem("ca.crt"), &name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    verify(
+        &pem("tls.crt"),
+        &pem("ca.crt"),
+        &format!("{service}.other.svc"),
+    )
+    .expect_err("a name it was not made for");
+}
+
+/// Whether the serving chain `chain` (PEM) is valid for `name` under the CA `ca` (PEM), as the
+/// API server checks it (webpki, through rustls).
+fn verify(chain: &[u8], ca: &[u8], name: &str) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier as _;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use std::sync::Arc;
+    use tokio_rustls::rustls;
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(chain)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(ca) {
+        roots.add(ca.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier =
         rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .unwrap();
-    let service = one(&chart, "Service")["metadata"]["name"].as_str().unwrap();
-    let verify = |name: &str| {
-        verifier.verify_server_cert(
+    verifier
+        .verify_server_cert(
             &chain[0],
             &chain[1..],
             &ServerName::try_from(name.to_owned()).unwrap(),
             &[],
             UnixTime::now(),
         )
-    };
-    for name in [
-        format!("{service}.{NS}.svc"),
-        format!("{service}.{NS}.svc.cluster.local"),
-    ] {
-        verify(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
-    }
-    verify(&format!("{service}.other.svc")).expect_err("a name it was not made for");
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
-/// With cert-manager, the chart asks it for the certificate (a self-signed Issuer of its own,
-/// or the operator's) and lets its CA injector fill in the caBundle: the configurations are
-/// the binary's but for the caBundle.
+/// With cert-manager, the chart asks it for the serving certificate (no commonName: its names
+/// are in dnsNames) and lets its CA injector fill in the caBundle: the configurations are the
+/// binary's but for the caBundle. Without an issuer of the operator's, a CA of the chart's own
+/// (a self-signed Issuer signs a CA Certificate, whose CA Issuer signs the serving one) is
+/// what is injected, so a renewal of the serving certificate never changes the caBundle.
 #[rstest]
-#[case::from_a_self_signed_issuer_of_its_own(&[], None)]
+#[case::from_a_ca_of_its_own(&[], None)]
 #[case::from_the_operators_issuer(
     &["--set", "webhook.certManager.issuerRef.kind=ClusterIssuer", "--set", "webhook.certManager.issuerRef.name=corp-ca"],
     Some(json!({"kind": "ClusterIssuer", "name": "corp-ca"}))
@@ -400,32 +472,56 @@ fn cert_manager_issues_the_certificate_and_injects_its_ca(
     );
     assert!(
         of_kind(&chart, "Secret").is_empty(),
-        "cert-manager writes it"
+        "cert-manager writes them"
     );
-    let certificate = one(&chart, "Certificate");
+    let webhook = deployment(&chart, "webhook");
+    let mounted = webhook["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"].clone();
+    let certificates = of_kind(&chart, "Certificate");
+    let serving = certificates
+        .iter()
+        .find(|c| c["spec"]["secretName"] == mounted)
+        .expect("the Certificate of the mounted Secret");
     let service = one(&chart, "Service")["metadata"]["name"].as_str().unwrap();
     assert_eq!(
-        certificate["spec"]["dnsNames"],
+        serving["spec"]["dnsNames"],
         json!([
             format!("{service}.{NS}.svc"),
             format!("{service}.{NS}.svc.cluster.local")
         ])
     );
-    match issuer {
+    assert_eq!(serving["spec"].get("commonName"), None);
+    let injected_from = match issuer {
         Some(issuer) => {
             assert!(of_kind(&chart, "Issuer").is_empty());
-            assert_eq!(certificate["spec"]["issuerRef"], issuer);
+            assert_eq!(certificates.len(), 1);
+            assert_eq!(serving["spec"]["issuerRef"], issuer);
+            format!("{NS}/{}", serving["metadata"]["name"].as_str().unwrap())
         }
         None => {
-            let own = one(&chart, "Issuer");
-            assert_eq!(own["spec"], json!({"selfSigned": {}}));
-            assert_eq!(
-                certificate["spec"]["issuerRef"],
-                json!({"kind": "Issuer", "name": own["metadata"]["name"]})
-            );
+            let issuers = of_kind(&chart, "Issuer");
+            let by_name = |name: &Value| {
+                *issuers
+                    .iter()
+                    .find(|i| i["metadata"]["name"] == *name)
+                    .unwrap_or_else(|| panic!("no Issuer {name}"))
+            };
+            // The serving certificate's issuer signs with the CA's Secret...
+            let ca_issuer = by_name(&serving["spec"]["issuerRef"]["name"]);
+            assert_eq!(serving["spec"]["issuerRef"]["kind"], "Issuer");
+            let ca = certificates
+                .iter()
+                .find(|c| c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"])
+                .expect("the CA's Certificate");
+            // ...which a self-signed Issuer made, a CA whose key outlives its renewals.
+            assert_eq!(ca["spec"]["isCA"], true);
+            assert_eq!(ca["spec"]["privateKey"]["rotationPolicy"], "Never");
+            assert!(ca["spec"]["commonName"].as_str().unwrap().len() <= 64);
+            let root = by_name(&ca["spec"]["issuerRef"]["name"]);
+            assert_eq!(root["spec"], json!({"selfSigned": {}}));
+            assert_eq!(issuers.len(), 2);
+            format!("{NS}/{}", ca["metadata"]["name"].as_str().unwrap())
         }
-    }
-    let injected_from = format!("{NS}/{}", certificate["metadata"]["name"].as_str().unwrap());
+    };
     let ca_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls/ca.crt");
     let printed = jumppod(&[
         "webhook-configuration",
@@ -438,7 +534,7 @@ fn cert_manager_issues_the_certificate_and_injects_its_ca(
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     ] {
-        let ours = one(&chart, kind);
+        let ours = configuration(&chart, kind);
         assert_eq!(
             ours["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
             injected_from.as_str()
@@ -450,10 +546,7 @@ fn cert_manager_issues_the_certificate_and_injects_its_ca(
             .remove("caBundle");
         assert_eq!(ours["webhooks"], theirs, "{kind}");
     }
-    serves_the_secret_behind_the_service(
-        &chart,
-        certificate["spec"]["secretName"].as_str().unwrap(),
-    );
+    serves_the_secret_behind_the_service(&chart, mounted.as_str().unwrap());
 }
 
 /// An operator's own Secret: nothing generated, its CA in the configurations.
@@ -475,7 +568,7 @@ fn an_existing_secret_is_served_with_the_ca_given() {
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     ] {
-        let bundle = &one(&chart, kind)["webhooks"][0]["clientConfig"]["caBundle"];
+        let bundle = &configuration(&chart, kind)["webhooks"][0]["clientConfig"]["caBundle"];
         assert_eq!(text(&base64_decode(bundle)), ca, "{kind}");
     }
     serves_the_secret_behind_the_service(&chart, "corp-webhook-tls");
@@ -717,51 +810,144 @@ fn helm_lint_passes(#[case] values: &[&str]) {
     &["--set", "webhook.enabled=true", "--set", "webhook.tls.existingSecret=mine"],
     "webhook.tls.caBundle is empty and the Secret dstack-system/mine (webhook.tls.existingSecret) has no ca.crt"
 )]
+#[case::no_webhook_replica_under_fail(
+    &["--set", "webhook.replicas=0"],
+    "at '/webhook/replicas': minimum: got 0, want 1"
+)]
+#[case::a_ca_bundle_that_is_not_pem(
+    &["--set", "webhook.tls.caBundle=LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"],
+    "at '/webhook/tls/caBundle'"
+)]
+#[case::a_drain_longer_than_a_minute(
+    &["--set", "webhook.drainSeconds=600"],
+    "at '/webhook/drainSeconds'"
+)]
 fn a_bad_value_is_refused_naming_it(#[case] values: &[&str], #[case] error: &str) {
     let refused = template_in(NS, values).expect_err("refused");
     assert!(refused.contains(error), "{refused}");
 }
 
-/// Below Kubernetes 1.30 there are no matchConditions to send jump pods alone: the webhook would
-/// be sent every pod and ReplicaSet, so the chart renders it only for the namespaces listed,
-/// and from 1.30 on with the expression `jumppod webhook-configuration` prints.
+/// matchConditions (GA in Kubernetes 1.30) are what keep every object but jump pods away from
+/// the webhook: the chart asks for 1.30 (Chart.yaml's kubeVersion) and always renders them,
+/// with the expression `jumppod webhook-configuration` prints and no objectSelector.
 #[rstest]
-#[case::kubernetes_1_29_without_a_namespace_list("1.29.0", &[], None)]
-#[case::kubernetes_1_29_for_listed_namespaces("1.29.0", &["--set", "webhook.onlyNamespaces={dstack}"], Some(false))]
-#[case::kubernetes_1_30("1.30.0", &[], Some(true))]
-fn the_webhook_needs_match_conditions_or_a_namespace_list(
+#[case::kubernetes_1_29("1.29.0", false)]
+#[case::kubernetes_1_30("1.30.0", true)]
+#[case::kubernetes_1_36("1.36.0", true)]
+fn the_chart_needs_kubernetes_1_30_for_match_conditions(
     #[case] kubernetes: &str,
-    #[case] values: &[&str],
-    #[case] matches: Option<bool>,
+    #[case] renders: bool,
 ) {
-    let values = [
+    let rendered = template_in(
+        NS,
         &[
             "--set",
             "webhook.enabled=true",
             "--kube-version",
             kubernetes,
         ],
-        values,
-    ]
-    .concat();
-    let rendered = template_in(NS, &values);
-    let Some(matches) = matches else {
-        let refused = rendered.expect_err("refused below 1.30 without webhook.onlyNamespaces");
+    );
+    if !renders {
+        let refused = rendered.expect_err("refused below 1.30");
         assert!(
-            refused.contains("has no matchConditions (GA in 1.30)")
-                && refused.contains("set webhook.onlyNamespaces"),
+            refused.contains("chart requires kubeVersion: >=1.30.0-0"),
             "{refused}"
         );
         return;
-    };
+    }
     let chart = rendered.expect("rendered");
     for kind in [
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     ] {
-        let webhook = &one(&chart, kind)["webhooks"][0];
-        assert_eq!(webhook.get("matchConditions").is_some(), matches, "{kind}");
+        let webhook = &configuration(&chart, kind)["webhooks"][0];
+        assert!(webhook.get("matchConditions").is_some(), "{kind}");
         assert_eq!(webhook.get("objectSelector"), None, "{kind}");
+    }
+}
+
+/// What keeps the webhook answering through rollouts and drains: a new replica ready before
+/// an old one stops (maxUnavailable 0), a stopping one draining before it closes its listener
+/// (and the grace period above drain and shutdown), replicas spread over nodes without
+/// blocking scheduling, and a PodDisruptionBudget that keeps one serving, which an unhealthy
+/// replica never holds up; with one replica, no budget (it would block every drain).
+#[rstest]
+#[case::with_two_replicas(&[], true)]
+#[case::with_one_replica(&["--set", "webhook.replicas=1"], false)]
+#[case::with_a_longer_drain(&["--set", "webhook.drainSeconds=20"], true)]
+fn the_webhook_keeps_a_replica_serving_through_rollouts_and_drains(
+    #[case] values: &[&str],
+    #[case] budget: bool,
+) {
+    let chart = template(&[&["--set", "webhook.enabled=true"], values].concat());
+    let webhook = deployment(&chart, "webhook");
+    assert_eq!(
+        webhook["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
+    );
+    let pod = &webhook["spec"]["template"];
+    let args = pod["spec"]["containers"][0]["args"].as_array().unwrap();
+    let at = args
+        .iter()
+        .position(|a| a == "--drain-delay")
+        .expect("--drain-delay");
+    let drain: u64 = args[at + 1]
+        .as_str()
+        .and_then(|d| d.strip_suffix('s'))
+        .and_then(|d| d.parse().ok())
+        .unwrap();
+    let grace = pod["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap();
+    assert!(drain >= 1, "a drain of {drain} s");
+    assert!(
+        grace >= drain + 10,
+        "grace {grace} s: below the drain ({drain} s) and the 10 s shutdown grace"
+    );
+    let spread = &pod["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(spread["whenUnsatisfiable"], "ScheduleAnyway");
+    assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
+    contains(
+        &pod["metadata"]["labels"],
+        &spread["labelSelector"]["matchLabels"],
+    );
+    let budgets = of_kind(&chart, "PodDisruptionBudget");
+    assert_eq!(budgets.len(), usize::from(budget));
+    if let Some(pdb) = budgets.first() {
+        assert_eq!(pdb["spec"]["minAvailable"], 1);
+        assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+        assert_eq!(
+            pdb["spec"]["selector"], webhook["spec"]["selector"],
+            "the budget counts the webhook's pods"
+        );
+    }
+}
+
+/// Neither Deployment gets an environment variable per Service of its namespace (the chart may
+/// share dstack's, one Service per project); the webhook takes the node's network only when
+/// asked, and then listens on the port asked for.
+#[rstest]
+#[case::by_default(&[], false)]
+#[case::on_the_nodes_network(
+    &["--set", "webhook.hostNetwork=true", "--set", "webhook.containerPort=10250"],
+    true
+)]
+fn the_pods_network_is_what_the_values_say(#[case] values: &[&str], #[case] host: bool) {
+    let chart = template(&[&["--set", "webhook.enabled=true"], values].concat());
+    for component in ["controller", "webhook"] {
+        let pod = &deployment(&chart, component)["spec"]["template"]["spec"];
+        assert_eq!(pod["enableServiceLinks"], false, "{component}");
+    }
+    let pod = &deployment(&chart, "webhook")["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"].as_bool().unwrap_or(false), host);
+    if host {
+        assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+        assert_eq!(pod["containers"][0]["ports"][0]["containerPort"], 10250);
+        assert!(
+            pod["containers"][0]["args"]
+                .to_string()
+                .contains("0.0.0.0:10250")
+        );
     }
 }
 
@@ -896,14 +1082,48 @@ mod real_cluster {
         }
     }
 
-    /// `helm install` generates the webhook's CA; `helm upgrade` to a changed value finds the
-    /// Secret (`lookup`) and keeps it, so neither the caBundle nor the served pair changes;
-    /// `helm uninstall` leaves no webhook configuration that would hold up pods, and no RBAC.
-    /// The webhook is scoped to a namespace nothing else uses, so the other tests of this
-    /// control plane never meet it, and both Deployments have no replica: no pod takes room on
-    /// the fake nodes the other tests schedule on (the in-cluster pods are issue 24's §3).
+    /// What `helm install` prints after installing (NOTES.txt): the image it installed and how
+    /// many replicas of each part (a client-side dry run: helm asks the cluster its version).
     #[test]
-    fn an_upgrade_keeps_the_webhooks_ca_and_an_uninstall_leaves_nothing() {
+    fn the_install_notes_name_the_image_and_count_the_replicas() {
+        let out = helm()
+            .args(["install", "notes", "--dry-run=client", "--namespace", NS])
+            .arg(chart())
+            .arg("--kubeconfig")
+            .arg(admin_kubeconfig())
+            .args([
+                "--set",
+                "webhook.enabled=true",
+                "--set",
+                "controller.replicas=3",
+                "--set",
+                "image.tag=9.9.9",
+            ])
+            .output()
+            .expect("helm runs");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let notes = stdout.split("NOTES:").nth(1).expect("NOTES");
+        for expected in [
+            "from the image ghcr.io/jumppod/jumppod:9.9.9",
+            "the controller: 3 replicas (one leads)",
+            "admission webhook: 2 replicas, failurePolicy Fail",
+            "It judges jump pods and jump-pod ReplicaSets",
+        ] {
+            assert!(notes.contains(expected), "{expected:?} not in:\n{notes}");
+        }
+    }
+
+    /// `helm install` generates the webhook's CA; `helm upgrade` to a changed value finds both
+    /// Secrets (`lookup`) and keeps them, so neither the caBundle nor the served pair changes;
+    /// the serving Secret deleted (a renewal), the next upgrade signs a new pair with the same
+    /// CA, so the caBundle still does not change; `helm uninstall` removes the configurations
+    /// (its pre-delete hook) and leaves no RBAC. The webhook is scoped to a namespace nothing
+    /// else uses, so the other tests of this control plane never meet it, and both Deployments
+    /// have no replica (the webhook's failure policy Ignore, which allows none): no pod takes
+    /// room on the fake nodes the other tests schedule on.
+    #[test]
+    fn an_upgrade_keeps_the_webhooks_ca_a_renewal_too_and_an_uninstall_leaves_nothing() {
         let release = Release {
             name: "chart-life",
             namespace: "chart-life",
@@ -921,14 +1141,17 @@ mod real_cluster {
             "controller.replicas=0",
             "--set",
             "webhook.replicas=0",
+            "--set",
+            "webhook.failurePolicy=Ignore",
         ];
         install("install", &release, &values);
         // The chart's full name: the release's, then the chart's.
         let fullname = format!("{}-jumppod", release.name);
         let configuration = format!("{fullname}-{}", release.namespace);
-        let secret = format!("{fullname}-webhook-tls");
+        let serving = format!("{fullname}-webhook-tls");
+        let ca = format!("{fullname}-webhook-ca");
         let read = || {
-            let secret = get(&["secret", "-n", release.namespace, &secret]).unwrap();
+            let secret = |name: &str| get(&["secret", "-n", release.namespace, name]).unwrap();
             let bundles: Vec<Value> = [
                 "mutatingwebhookconfiguration",
                 "validatingwebhookconfiguration",
@@ -939,36 +1162,67 @@ mod real_cluster {
                     .clone()
             })
             .collect();
-            (secret["data"].clone(), bundles)
+            (
+                secret(&serving)["data"].clone(),
+                secret(&ca)["data"]["tls.crt"].clone(),
+                bundles,
+            )
         };
-        let (data, bundles) = read();
-        assert_eq!(
-            bundles,
-            vec![data["ca.crt"].clone(), data["ca.crt"].clone()]
-        );
+        let (data, ca_crt, bundles) = read();
+        assert_eq!(data["ca.crt"], ca_crt);
+        assert_eq!(bundles, vec![ca_crt.clone(), ca_crt.clone()]);
 
-        install(
-            "upgrade",
-            &release,
-            &[&values[1..], &["--set", "webhook.failurePolicy=Ignore"]].concat(),
-        );
+        let selector = |kind: &str| {
+            get(&[kind, &configuration]).unwrap()["webhooks"][0]["namespaceSelector"].to_string()
+        };
+        let upgraded = [
+            &values[1..],
+            &[
+                "--set",
+                "webhook.onlyNamespaces={chart-life-nobody,chart-life-other}",
+            ],
+        ]
+        .concat();
+        install("upgrade", &release, &upgraded);
         for kind in [
             "mutatingwebhookconfiguration",
             "validatingwebhookconfiguration",
         ] {
-            assert_eq!(
-                get(&[kind, &configuration]).unwrap()["webhooks"][0]["failurePolicy"],
-                "Ignore",
-                "the upgrade took the changed value"
+            assert!(
+                selector(kind).contains("chart-life-other"),
+                "the upgrade took the changed value: {}",
+                selector(kind)
             );
         }
-        let controller = format!("{fullname}-controller");
         assert_eq!(
             read(),
-            (data, bundles),
-            "the upgrade kept the Secret and the caBundle"
+            (data.clone(), ca_crt.clone(), bundles.clone()),
+            "the upgrade kept the Secrets and the caBundle"
         );
 
+        // A renewal: the serving Secret deleted, then an upgrade.
+        let out = kubectl(
+            &["delete", "secret", "-n", release.namespace, &serving],
+            None,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        install("upgrade", &release, &upgraded);
+        let (renewed, ca_after, bundles_after) = read();
+        assert_ne!(renewed["tls.crt"], data["tls.crt"], "a new serving pair");
+        assert_eq!(
+            (ca_after, bundles_after),
+            (ca_crt.clone(), bundles),
+            "the renewal kept the CA and the caBundle"
+        );
+        let service = format!("{fullname}-webhook.{}.svc", release.namespace);
+        verify(
+            &base64_decode(&renewed["tls.crt"]),
+            &base64_decode(&ca_crt),
+            &service,
+        )
+        .expect("the renewed pair is signed by the kept CA");
+
+        let controller = format!("{fullname}-controller");
         let out = helm()
             .args([
                 "uninstall",
@@ -1002,7 +1256,7 @@ mod real_cluster {
         // Kinds helm deletes itself (the pods go with their ReplicaSets, by the garbage
         // collector, later).
         let left = get(&[
-            "deployment,service,secret,configmap,serviceaccount,role,rolebinding",
+            "deployment,service,secret,configmap,serviceaccount,role,rolebinding,poddisruptionbudget",
             "-n",
             release.namespace,
             "-l",
