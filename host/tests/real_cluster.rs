@@ -477,6 +477,130 @@ async fn register(admin: &Kube, ns: &str, configs: &[Value]) {
     }
 }
 
+/// The serving certificate renewed in place while jump pods are created, one every 200 ms,
+/// through the real API server: with the new leaf signed by the CA of the caBundle (what
+/// cert-manager's renewal under the chart's CA Issuer, or the chart's generated CA, gives),
+/// none is refused, and the API server's next connection verifies the new leaf (the webhook
+/// closes the connections made with the old one after their answer). A leaf of another CA in
+/// its place is refused at once: the caBundle is what must not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_renewed_under_the_same_ca_refuses_no_jump_pod_and_one_of_another_ca_is_refused() {
+    let admin = admin().await;
+    let ns = "rc-renewal";
+    let _cleanup = CleanUp(ns.into());
+    namespace(&admin, ns).await;
+    let tls = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let dir = jumppod_testkit::cluster::cluster_dir().join("renewal");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    // As the kubelet updates a Secret volume: each file written aside, then renamed over.
+    let put = |from: &str, to: &std::path::Path| {
+        let aside = to.with_extension("new");
+        std::fs::copy(tls.join(from), &aside).unwrap();
+        std::fs::rename(&aside, to).unwrap();
+    };
+    put("renewal-1.crt", &cert);
+    put("renewal-1.key", &key);
+    let module = std::env::var("JUMPPOD_POLICY_WASM").expect("JUMPPOD_POLICY_WASM");
+    let (c, k) = (cert.clone(), key.clone());
+    let webhook = tokio::task::spawn_blocking(move || Webhook::start_serving(&module, &c, &k))
+        .await
+        .unwrap();
+    let configs = webhook.configurations_trusting("Fail", ns, &tls.join("renewal-ca.crt"));
+    register(&admin, ns, &configs).await;
+    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    // Mutated: the webhook was called (the jump pod has no resources of its own).
+    let mutated = |pod: &Pod| {
+        pod.spec.as_ref().unwrap().containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .is_some()
+    };
+    wait_for(
+        "the configurations to send jump pods to the webhook",
+        || async {
+            let pod = pods.create(&dry, &jump_pod("main", &[])).await.ok()?;
+            mutated(&pod).then_some(())
+        },
+    )
+    .await;
+
+    const PODS: usize = 40;
+    let mut refused = Vec::new();
+    for i in 0..PODS {
+        if i == PODS / 4 {
+            put("renewal-2.crt", &cert);
+            put("renewal-2.key", &key);
+        }
+        match pods.create(&dry, &jump_pod("main", &[])).await {
+            Ok(pod) => assert!(mutated(&pod), "pod {i} was admitted unmutated"),
+            Err(e) => refused.push(format!("pod {i}: {e}")),
+        }
+        // The client's pace, as in the chart's rollout test: not a wait for a fact.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "renewal under the same CA: {} of {PODS} jump pods refused",
+        refused.len()
+    );
+    assert!(refused.is_empty(), "{refused:#?}");
+    assert_eq!(
+        served_certificate(&webhook.addr, &tls.join("renewal-ca.crt")).await,
+        first_certificate(&tls.join("renewal-2.crt")),
+        "the webhook serves the renewed leaf"
+    );
+
+    // A leaf of another CA: the API server's next connection does not verify it.
+    put("rotated.crt", &cert);
+    put("rotated.key", &key);
+    let refusal = wait_for("a jump pod refused for the leaf of another CA", || async {
+        pods.create(&dry, &jump_pod("main", &[]))
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .filter(|e| e.contains("failed calling webhook"))
+    })
+    .await;
+    eprintln!("with a leaf of another CA: {refusal}");
+}
+
+/// The certificate a TLS server at `addr` serves (DER), verified against `ca`.
+async fn served_certificate(addr: &str, ca: &std::path::Path) -> Vec<u8> {
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(first_certificate(ca).into()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("a TLS session verified against the CA");
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// The first certificate of a PEM file (DER).
+fn first_certificate(path: &std::path::Path) -> Vec<u8> {
+    use tokio_rustls::rustls::pki_types::{CertificateDer, pem::PemObject as _};
+    CertificateDer::pem_file_iter(path)
+        .unwrap()
+        .next()
+        .expect("a certificate")
+        .unwrap()
+        .to_vec()
+}
+
 /// A jump pod of project `project`, current labels and `extra`, no resources: what jumppod's
 /// mutation makes Guaranteed.
 fn jump_pod(project: &str, extra: &[(&str, &str)]) -> Pod {

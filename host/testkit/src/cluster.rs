@@ -679,8 +679,13 @@ impl Webhook {
 
     /// `jumppod webhook --policy module`.
     pub fn start_with(module: &str) -> Webhook {
-        use std::io::BufRead as _;
         let dir = cluster_dir().join("webhook");
+        Webhook::start_serving(module, &dir.join("tls.crt"), &dir.join("tls.key"))
+    }
+
+    /// `jumppod webhook --policy module` serving the pair `cert` and `key`.
+    pub fn start_serving(module: &str, cert: &std::path::Path, key: &std::path::Path) -> Webhook {
+        use std::io::BufRead as _;
         let mut child = std::process::Command::new("sh")
             .arg("-c")
             // `sh` lets go of the pipe at once, so a webhook that exits early closes it.
@@ -688,9 +693,9 @@ impl Webhook {
             .arg(crate::jumppod_bin())
             .args(["webhook", "--listen", "127.0.0.1:0", "--policy", module])
             .arg("--tls-cert")
-            .arg(dir.join("tls.crt"))
+            .arg(cert)
             .arg("--tls-key")
-            .arg(dir.join("tls.key"))
+            .arg(key)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -765,6 +770,16 @@ impl Webhook {
     /// What `jumppod webhook-configuration -o json` prints to register this webhook for `ns`:
     /// a List of its MutatingWebhookConfiguration and its ValidatingWebhookConfiguration.
     pub fn configurations(&self, failure_policy: &str, ns: &str) -> [Value; 2] {
+        self.configurations_trusting(failure_policy, ns, &cluster_dir().join("webhook/ca.crt"))
+    }
+
+    /// [`Webhook::configurations`] with `ca` as the caBundle.
+    pub fn configurations_trusting(
+        &self,
+        failure_policy: &str,
+        ns: &str,
+        ca: &std::path::Path,
+    ) -> [Value; 2] {
         let out = std::process::Command::new(crate::jumppod_bin())
             .args([
                 "webhook-configuration",
@@ -780,7 +795,7 @@ impl Webhook {
                 &format!("https://{}", self.addr),
             ])
             .arg("--ca-bundle")
-            .arg(cluster_dir().join("webhook/ca.crt"))
+            .arg(ca)
             .output()
             .unwrap();
         assert!(
