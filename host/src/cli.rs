@@ -124,6 +124,15 @@ pub enum Command {
         /// own objects stay in --namespace.
         #[arg(long, short = 'A', requires = "controller")]
         all_namespaces: bool,
+        /// With --controller: the controller watches these namespaces (repeatable; a Role in
+        /// each) instead of --namespace; its own objects and its Lease stay in --namespace.
+        #[arg(
+            long = "watch-namespace",
+            value_name = "NAMESPACE",
+            requires = "controller",
+            conflicts_with = "all_namespaces"
+        )]
+        watch_namespaces: Vec<String>,
         /// With --controller: the image of the Deployment (one with the jumppod binary).
         #[arg(long, requires = "controller", default_value = rbac::CONTROLLER_IMAGE)]
         image: String,
@@ -251,9 +260,15 @@ pub struct RunArgs {
     /// refused: every project is watched, and each Service keeps its NodePort.
     #[arg(long, short = 'f', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Namespace to watch (default: the file's, else the kubeconfig context's).
-    #[arg(long, short = 'n', conflicts_with = "all_namespaces")]
-    pub namespace: Option<String>,
+    /// Namespace to watch; repeat it to watch several (default: the file's, else the
+    /// kubeconfig context's).
+    #[arg(
+        long = "namespace",
+        short = 'n',
+        value_name = "NAMESPACE",
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespaces: Vec<String>,
     /// Watch every namespace.
     #[arg(long, short = 'A')]
     pub all_namespaces: bool,
@@ -267,8 +282,8 @@ pub struct RunArgs {
     /// get and update on this name only).
     #[arg(long, default_value = crate::rbac::LEASE_NAME)]
     pub lease_name: String,
-    /// Namespace of the Lease (default: POD_NAMESPACE, else the watched namespace, else the
-    /// kubeconfig context's).
+    /// Namespace of the Lease (default: POD_NAMESPACE, else the first watched namespace, else
+    /// the kubeconfig context's).
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
     /// This replica's name in the Lease (default: POD_NAME, else host name and process id).
@@ -423,7 +438,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// [`parse_duration`], where 0 (`0`, `0s`) means none.
 pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
     match text.trim().trim_end_matches(['s', 'm', 'h']).parse::<f64>() {
-        Ok(n) if n == 0.0 => Ok(Duration::ZERO),
+        Ok(0.0) => Ok(Duration::ZERO),
         _ => parse_duration(text),
     }
 }

@@ -200,19 +200,32 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             service_account,
             controller,
             all_namespaces,
+            watch_namespaces,
             image,
         } => {
-            if let Some(problem) = config::dns_label_problem(&namespace) {
-                return Err(ConfigError {
-                    field: "--namespace".into(),
-                    value: namespace,
-                    problem: problem.into(),
+            let named = std::iter::once(("--namespace", &namespace))
+                .chain(watch_namespaces.iter().map(|ns| ("--watch-namespace", ns)));
+            for (field, ns) in named {
+                if let Some(problem) = config::dns_label_problem(ns) {
+                    return Err(ConfigError {
+                        field: field.into(),
+                        value: ns.clone(),
+                        problem: problem.into(),
+                    }
+                    .into());
                 }
-                .into());
             }
             if controller {
+                let mut watched = watch_namespaces;
+                let mut seen = std::collections::BTreeSet::new();
+                watched.retain(|ns| seen.insert(ns.clone()));
+                let watched = match (all_namespaces, watched.is_empty()) {
+                    (true, _) => rbac::Watched::Every,
+                    (false, true) => rbac::Watched::Own,
+                    (false, false) => rbac::Watched::These(&watched),
+                };
                 let objects =
-                    rbac::controller_objects(&namespace, &service_account, all_namespaces, &image);
+                    rbac::controller_objects(&namespace, &service_account, watched, &image);
                 match printer.output {
                     Output::Human => print!(
                         "{}",
@@ -476,25 +489,31 @@ async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError>
         ..options
     })
     .await?;
-    let namespace = (!args.all_namespaces).then(|| {
-        args.namespace
-            .clone()
-            .or(file.namespace.clone())
-            .unwrap_or(default_ns.clone())
+    let namespaces = (!args.all_namespaces).then(|| {
+        let mut list = args.namespaces.clone();
+        if list.is_empty() {
+            list.push(file.namespace.clone().unwrap_or(default_ns.clone()));
+        }
+        // Each namespace once, in the order given.
+        let mut seen = std::collections::BTreeSet::new();
+        list.retain(|ns| seen.insert(ns.clone()));
+        list
     });
     let lease_namespace = args
         .lease_namespace
         .clone()
-        .or(namespace.clone())
+        .or(namespaces.as_ref().and_then(|l| l.first().cloned()))
         .unwrap_or(default_ns);
-    for (field, ns) in [
-        ("--namespace", namespace.as_deref()),
-        ("--lease-namespace", Some(lease_namespace.as_str())),
-    ] {
-        if let Some(problem) = ns.and_then(config::dns_label_problem) {
+    let checked = namespaces
+        .iter()
+        .flatten()
+        .map(|ns| ("--namespace", ns))
+        .chain([("--lease-namespace", &lease_namespace)]);
+    for (field, ns) in checked {
+        if let Some(problem) = config::dns_label_problem(ns) {
             return Err(ConfigError {
                 field: field.into(),
-                value: ns.unwrap_or_default().into(),
+                value: ns.clone(),
                 problem: problem.into(),
             }
             .into());
@@ -506,15 +525,16 @@ async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError>
         identity: args.identity.clone().unwrap_or_else(default_identity),
         timing,
     });
-    let scope = namespace
-        .clone()
-        .unwrap_or_else(|| "every namespace".into());
+    let scope = match &namespaces {
+        Some(list) => list.join(", "),
+        None => "every namespace".into(),
+    };
     let options = controller::Options {
         template: RawConfig {
             namespace: None,
             ..file
         },
-        namespace,
+        namespaces,
         listen: args.listen,
         election,
         concurrency: args.concurrency,

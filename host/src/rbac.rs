@@ -174,13 +174,24 @@ pub fn yaml(namespace: &str, service_account: &str) -> String {
     )
 }
 
+/// Which namespaces `jumppod run` watches.
+#[derive(Clone, Copy, Debug)]
+pub enum Watched<'a> {
+    /// Its own (`--namespace`).
+    Own,
+    /// Every namespace (`--all-namespaces`).
+    Every,
+    /// These (`--namespace` repeated): the middle ground between one and every namespace.
+    These(&'a [String]),
+}
+
 /// What `jumppod rbac --controller` prints: the ServiceAccount, the rules of `jumppod run`
-/// (a Role in `namespace`, or with `all_namespaces` a ClusterRole), a Role for its Lease, and a
-/// Deployment of two replicas.
+/// (a Role in each namespace it watches, or for every namespace a ClusterRole), a Role for its
+/// Lease in `namespace`, and a Deployment of two replicas.
 pub fn controller_objects(
     namespace: &str,
     service_account: &str,
-    all_namespaces: bool,
+    watched: Watched,
     image: &str,
 ) -> Vec<Value> {
     let subject =
@@ -192,37 +203,55 @@ pub fn controller_objects(
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": service_account, "namespace": namespace}
     })];
-    if all_namespaces {
-        objects.push(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": cluster_name}, "rules": rules,
-        }));
-        objects.push(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": cluster_name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_name},
-            "subjects": subject,
-        }));
-    }
-    let mut namespaced = if all_namespaces { Vec::new() } else { rules };
-    namespaced.extend(lease_rules(LEASE_NAME));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": name, "namespace": namespace}, "rules": namespaced,
-    }));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": name, "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": subject,
-    }));
-    let scope = if all_namespaces {
-        json!(["--all-namespaces"])
-    } else {
-        json!(["--namespace", namespace])
+    let role = |ns: &str, rules: Vec<Value>| {
+        [
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": name, "namespace": ns}, "rules": rules,
+            }),
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": subject,
+            }),
+        ]
     };
+    let own_watched = match watched {
+        Watched::Own => true,
+        Watched::Every => {
+            objects.push(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": cluster_name}, "rules": rules,
+            }));
+            objects.push(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": cluster_name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_name},
+                "subjects": subject,
+            }));
+            false
+        }
+        Watched::These(list) => {
+            for ns in list.iter().filter(|ns| *ns != namespace) {
+                objects.extend(role(ns, rules.clone()));
+            }
+            list.iter().any(|ns| ns == namespace)
+        }
+    };
+    let mut namespaced = if own_watched { rules } else { Vec::new() };
+    namespaced.extend(lease_rules(LEASE_NAME));
+    objects.extend(role(namespace, namespaced));
     let mut args = vec![json!("run")];
-    args.extend(scope.as_array().cloned().unwrap_or_default());
+    match watched {
+        Watched::Own => args.extend([json!("--namespace"), json!(namespace)]),
+        Watched::Every => args.push(json!("--all-namespaces")),
+        Watched::These(list) => {
+            for ns in list {
+                args.extend([json!("--namespace"), json!(ns)]);
+            }
+        }
+    }
     args.extend([json!("--listen"), json!("0.0.0.0:8080")]);
     let labels = json!({"app.kubernetes.io/name": "jumppod-controller"});
     let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
@@ -313,7 +342,7 @@ mod tests {
 
     #[test]
     fn the_controller_watches_but_never_creates_replicasets_and_keeps_its_lease_at_home() {
-        let objects = controller_objects("ops", "jumppod", false, "img");
+        let objects = controller_objects("ops", "jumppod", Watched::Own, "img");
         let kinds: Vec<&str> = objects
             .iter()
             .map(|d| d["kind"].as_str().unwrap())
@@ -339,8 +368,68 @@ mod tests {
     }
 
     #[test]
+    fn watching_some_namespaces_takes_a_role_in_each_and_the_lease_stays_at_home() {
+        let list = ["dstack".to_owned(), "dstack-staging".to_owned()];
+        let objects = controller_objects("ops", "jumppod", Watched::These(&list), "img");
+        let placed: Vec<(&str, &str)> = objects
+            .iter()
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["namespace"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                ("ServiceAccount", "ops"),
+                ("Role", "dstack"),
+                ("RoleBinding", "dstack"),
+                ("Role", "dstack-staging"),
+                ("RoleBinding", "dstack-staging"),
+                ("Role", "ops"),
+                ("RoleBinding", "ops"),
+                ("Deployment", "ops"),
+            ]
+        );
+        assert_eq!(
+            objects[1]["rules"].as_array().unwrap().len(),
+            CONTROLLER_RULES.len()
+        );
+        assert_eq!(objects[5]["rules"], json!(lease_rules(LEASE_NAME)));
+        assert_eq!(
+            objects[2]["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "jumppod", "namespace": "ops"}])
+        );
+        assert_eq!(
+            objects[7]["spec"]["template"]["spec"]["containers"][0]["args"],
+            json!([
+                "run",
+                "--namespace",
+                "dstack",
+                "--namespace",
+                "dstack-staging",
+                "--listen",
+                "0.0.0.0:8080"
+            ])
+        );
+        // Its own namespace among them: one Role there, with both.
+        let list = ["ops".to_owned(), "dstack".to_owned()];
+        let objects = controller_objects("ops", "jumppod", Watched::These(&list), "img");
+        let own = objects
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "ops")
+            .unwrap();
+        assert_eq!(
+            own["rules"].as_array().unwrap().len(),
+            CONTROLLER_RULES.len() + 2
+        );
+    }
+
+    #[test]
     fn watching_every_namespace_takes_a_cluster_role_and_the_lease_stays_namespaced() {
-        let objects = controller_objects("ops", "jumppod", true, "img");
+        let objects = controller_objects("ops", "jumppod", Watched::Every, "img");
         let kinds: Vec<&str> = objects
             .iter()
             .map(|d| d["kind"].as_str().unwrap())

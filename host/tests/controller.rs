@@ -100,7 +100,7 @@ fn grant_controller_rules_edited(
         .iter()
         .map(|u| json!({"kind": "User", "name": u, "apiGroup": "rbac.authorization.k8s.io"}))
         .collect();
-    let objects: Vec<Value> = rbac::controller_objects(ns, "jumppod", false, "unused")
+    let objects: Vec<Value> = rbac::controller_objects(ns, "jumppod", rbac::Watched::Own, "unused")
         .into_iter()
         .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "RoleBinding")))
         .map(|mut o| {
@@ -318,6 +318,114 @@ async fn an_old_pod_that_finishes_has_its_service_switched_on_the_same_node_port
     let note = moved.note.unwrap_or_default();
     assert!(note.contains("from 30000 to 30023"), "{note}");
     done(&kube, ns).await;
+}
+
+/// The middle ground between one namespace and every one (`--namespace` repeated, the chart's
+/// `controller.watchNamespaces`): with exactly the Roles `jumppod rbac --controller
+/// --watch-namespace` prints (one in each watched namespace, the Lease's in a third, no
+/// ClusterRole), the controller leads from its Lease at home and repairs a project in each
+/// watched namespace; every request it makes is in those three namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watching_two_namespaces_it_repairs_in_each_with_a_role_in_each_and_its_lease_at_home() {
+    let kube = admin().await;
+    let (home, watched) = ("ctl-home", ["ctl-watch-a", "ctl-watch-b"]);
+    for ns in [home, watched[0], watched[1]] {
+        namespace(&kube, ns).await;
+    }
+    let user = "user-9";
+    let list = watched.map(str::to_owned);
+    let objects: Vec<Value> = rbac::controller_objects(
+        home,
+        "jumppod",
+        rbac::Watched::These(&list),
+        "unused",
+    )
+    .into_iter()
+    .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "RoleBinding")))
+    .map(|mut o| {
+        if o.get("subjects").is_some() {
+            o["subjects"] =
+                json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
+        }
+        o
+    })
+    .collect();
+    assert_eq!(
+        objects.len(),
+        6,
+        "a Role and its binding in each of three namespaces"
+    );
+    let out = kubectl_apply(&rbac::yaml_stream("test grant", &objects), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let audit = audit();
+    let from = audit.mark();
+    let log = cluster_dir().join("controller-ctl-watch-two.log");
+    let template = cluster_dir().join("controller-ctl-watch-two.yaml");
+    std::fs::write(&template, SMALL).unwrap();
+    let lease = [LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD].map(|d| format!("{d:?}"));
+    let args = [
+        "run",
+        "-v",
+        "--namespace",
+        watched[0],
+        "--namespace",
+        watched[1],
+        "--lease-namespace",
+        home,
+        "--listen",
+        "127.0.0.1:0",
+        "--identity",
+        "a",
+        "-f",
+        template.to_str().unwrap(),
+        "--lease-duration",
+        &lease[0],
+        "--renew-deadline",
+        &lease[1],
+        "--retry-period",
+        &lease[2],
+    ];
+    let controller = Controller::start(
+        &user_kubeconfig(user),
+        &args,
+        &[("RUST_LOG", RUST_LOG)],
+        Some(&log),
+    );
+    controller.leading().await;
+    assert_eq!(holder(&kube, home).await.as_deref(), Some("a"));
+
+    for (ns, port) in watched.iter().zip([30110, 30111]) {
+        upgrading_project(&kube, ns, "multi", port).await;
+        let name = schema::jump_pod_name("multi");
+        evict(&kube, ns, &name).await;
+        let switched = service_switched(&kube, ns, "multi").await;
+        assert_eq!(switched, port, "{ns}; log:\n{}", controller.log());
+        gone(&kube, ns, &name).await;
+    }
+    let requests = audit.by_user(from, user);
+    let elsewhere: Vec<&String> = requests
+        .iter()
+        .filter(|r| {
+            ![home, watched[0], watched[1]]
+                .iter()
+                .any(|ns| r.contains(&format!("/namespaces/{ns}/")))
+        })
+        .collect();
+    assert!(!requests.is_empty());
+    assert_eq!(
+        elsewhere,
+        Vec::<&String>::new(),
+        "requests outside the three namespaces"
+    );
+    drop(controller);
+    for ns in [home, watched[0], watched[1]] {
+        done(&kube, ns).await;
+    }
 }
 
 /// The `reason` Events about `regarding` (a ReplicaSet's name) in `ns`.

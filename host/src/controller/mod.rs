@@ -47,8 +47,8 @@ pub struct Options {
     /// Resources, image and placement the ReplicaSets should have (drift is reported against
     /// them); never a project, a namespace or a port.
     pub template: RawConfig,
-    /// The namespace watched; None: every namespace.
-    pub namespace: Option<String>,
+    /// The namespaces watched; None: every namespace.
+    pub namespaces: Option<Vec<String>>,
     pub listen: SocketAddr,
     /// None: no leader election (one replica only).
     pub election: Option<Election>,
@@ -273,8 +273,7 @@ async fn control(
     fence: Fence,
 ) -> Result<(), HostError> {
     let write = fence.guard(clients.write.clone());
-    let ns = options.namespace.as_deref();
-    let (caches, streams) = watches::start(&clients.watch, ns);
+    let (caches, streams) = watches::start(&clients.watch, options.namespaces.as_deref());
     let (tx, rx) = mpsc::unbounded_channel();
     let forward = {
         let tx = tx.clone();
@@ -298,17 +297,14 @@ async fn control(
         let metrics = metrics.clone();
         async move {
             let waited = Instant::now();
-            let _ = tokio::join!(
-                caches.replicasets.wait_until_ready(),
-                caches.services.wait_until_ready(),
-                caches.pods.wait_until_ready()
-            );
+            caches.wait_until_ready().await;
             metrics.set_role(Role::Leading);
+            let (replicasets, services, pods) = caches.sizes();
             tracing::info!(
                 took = ?waited.elapsed(),
-                replicasets = caches.replicasets.len(),
-                services = caches.services.len(),
-                pods = caches.pods.len(),
+                replicasets,
+                services,
+                pods,
                 "caches filled"
             );
         }

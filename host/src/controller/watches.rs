@@ -1,5 +1,6 @@
-//! The three watches (ReplicaSets and pods carrying `app.kubernetes.io/name`, Services) and
-//! the caches they fill; each change names the projects it concerns.
+//! The three watches (ReplicaSets and pods carrying `app.kubernetes.io/name`, Services) of
+//! each watched namespace, or of every namespace, and the caches they fill; each change names
+//! the projects it concerns.
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use jumppod_plan::controller::{self as decisions, ProjectKey};
@@ -14,13 +15,36 @@ use std::collections::BTreeSet;
 /// Objects per page of a watch's initial list.
 const LIST_PAGE: u32 = 100;
 
-/// The caches, and the stream of the projects each change concerns.
+/// The caches, and the stream of the projects each change concerns: one set of watches per
+/// namespace of `namespaces`, or one for every namespace (None).
 pub(super) fn start(
     client: &Client,
-    ns: Option<&str>,
+    namespaces: Option<&[String]>,
 ) -> (
     Caches,
     impl Stream<Item = Result<Vec<Trigger>, watcher::Error>> + Send + Unpin + use<>,
+) {
+    let scopes: Vec<Option<&str>> = match namespaces {
+        Some(list) => list.iter().map(|ns| Some(ns.as_str())).collect(),
+        None => vec![None],
+    };
+    let mut caches = Caches { scopes: Vec::new() };
+    let mut streams = Vec::new();
+    for ns in scopes {
+        let (scope, stream) = start_scope(client, ns);
+        caches.scopes.push(scope);
+        streams.push(stream);
+    }
+    (caches, futures::stream::select_all(streams))
+}
+
+/// The three watches of one namespace (or of every one).
+fn start_scope(
+    client: &Client,
+    ns: Option<&str>,
+) -> (
+    Scope,
+    futures::stream::BoxStream<'static, Result<Vec<Trigger>, watcher::Error>>,
 ) {
     let (replicasets, rs_writer) = reflector::store();
     let (services, svc_writer) = reflector::store();
@@ -58,12 +82,13 @@ pub(super) fn start(
         )
         .boxed(),
     ]);
-    let caches = Caches {
+    let scope = Scope {
+        namespace: ns.map(str::to_owned),
         replicasets,
         services,
         pods,
     };
-    (caches, streams)
+    (scope, streams.boxed())
 }
 
 /// What a reconcile is run on.
@@ -75,47 +100,93 @@ pub(super) enum Trigger {
     Retry(ProjectKey),
 }
 
-/// The caches the watches fill.
+/// The caches the watches fill, one set per watched namespace (or one for every namespace).
 #[derive(Clone)]
 pub(super) struct Caches {
-    pub(super) replicasets: Store<ReplicaSet>,
-    pub(super) services: Store<Service>,
-    pub(super) pods: Store<Pod>,
+    scopes: Vec<Scope>,
+}
+
+/// The caches of one namespace (None: of every namespace).
+#[derive(Clone)]
+struct Scope {
+    namespace: Option<String>,
+    replicasets: Store<ReplicaSet>,
+    services: Store<Service>,
+    pods: Store<Pod>,
 }
 
 impl Caches {
+    /// Once every watch has listed.
+    pub(super) async fn wait_until_ready(&self) {
+        for scope in &self.scopes {
+            let _ = tokio::join!(
+                scope.replicasets.wait_until_ready(),
+                scope.services.wait_until_ready(),
+                scope.pods.wait_until_ready()
+            );
+        }
+    }
+
+    /// How many ReplicaSets, Services and pods are cached.
+    pub(super) fn sizes(&self) -> (usize, usize, usize) {
+        self.scopes.iter().fold((0, 0, 0), |(r, s, p), scope| {
+            (
+                r + scope.replicasets.len(),
+                s + scope.services.len(),
+                p + scope.pods.len(),
+            )
+        })
+    }
+
     pub(super) fn observed(&self, key: &ProjectKey) -> Observed {
-        let rs = self
-            .replicasets
-            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+        let scope = self
+            .scopes
+            .iter()
+            .find(|s| s.namespace.as_deref().is_none_or(|ns| ns == key.namespace));
+        let rs = scope
+            .and_then(|s| {
+                s.replicasets
+                    .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            })
             .map(|rs| rs.as_ref().clone());
-        let svc = self
-            .services
-            .get(&ObjectRef::new(&jumppod::schema::service_name(&key.name)).within(&key.namespace))
+        let svc = scope
+            .and_then(|s| {
+                s.services.get(
+                    &ObjectRef::new(&jumppod::schema::service_name(&key.name))
+                        .within(&key.namespace),
+                )
+            })
             .map(|s| s.as_ref().clone());
         // `decisions::observed` picks the project's pods (by name and instance label) itself.
-        let pods = self
-            .pods
-            .state_filter(|p| p.metadata.namespace.as_deref() == Some(&key.namespace));
+        let pods = scope
+            .map(|s| {
+                s.pods
+                    .state_filter(|p| p.metadata.namespace.as_deref() == Some(&key.namespace))
+            })
+            .unwrap_or_default();
         decisions::observed(key, rs, svc, pods.iter().map(|p| p.as_ref()))
     }
 
     pub(super) fn keys(&self) -> BTreeSet<ProjectKey> {
         let mut keys = BTreeSet::new();
-        keys.extend(
-            self.replicasets
-                .state()
-                .iter()
-                .filter_map(|r| ProjectKey::of_replicaset(r)),
-        );
-        keys.extend(
-            self.services
-                .state()
-                .iter()
-                .filter_map(|s| ProjectKey::of_service(s)),
-        );
-        for p in self.pods.state() {
-            keys.extend(ProjectKey::of_pod(&p));
+        for scope in &self.scopes {
+            keys.extend(
+                scope
+                    .replicasets
+                    .state()
+                    .iter()
+                    .filter_map(|r| ProjectKey::of_replicaset(r)),
+            );
+            keys.extend(
+                scope
+                    .services
+                    .state()
+                    .iter()
+                    .filter_map(|s| ProjectKey::of_service(s)),
+            );
+            for p in scope.pods.state() {
+                keys.extend(ProjectKey::of_pod(&p));
+            }
         }
         keys
     }
