@@ -106,37 +106,66 @@ fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     }
 }
 
-/// The webhook configuration of `kind` that Helm creates after an install or upgrade (a hook),
-/// checked to have a twin that only differs by being the pre-delete hook that removes it.
+/// The webhook configuration of `kind` that Helm creates after an install, upgrade or rollback
+/// (a hook), checked against the emptied copies of the same name Helm's hooks put first: the
+/// validating configuration is emptied before the mutating one is made again and made again
+/// after it (weights -10, 0, 10), and before an uninstall both are emptied, the validating one
+/// first, then deleted; so the validating one never judges a jump pod the mutating one has not.
 fn configuration<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     let all = of_kind(objects, kind);
-    let hook = |o: &&Value| o["metadata"]["annotations"]["helm.sh/hook"].clone();
-    let (Some(created), Some(removed)) = (
-        all.iter()
-            .find(|o| hook(o) == "post-install,post-upgrade,post-rollback"),
-        all.iter().find(|o| hook(o) == "pre-delete"),
-    ) else {
-        panic!("{kind}: a post-install/upgrade/rollback hook and a pre-delete one, not {all:?}");
+    let annotation = |o: &Value, key: &str| {
+        o["metadata"]["annotations"][key]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     };
-    assert_eq!(all.len(), 2, "{kind}");
-    assert_eq!(
-        created["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
-        "before-hook-creation"
-    );
-    assert_eq!(
-        removed["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
-        "before-hook-creation,hook-succeeded",
-        "the pre-delete copy replaces the configuration, then is deleted itself"
-    );
-    let strip = |o: &Value| {
-        let mut o = o.clone();
-        let annotations = o["metadata"]["annotations"].as_object_mut().unwrap();
-        annotations.remove("helm.sh/hook");
-        annotations.remove("helm.sh/hook-delete-policy");
-        o
+    let placed = |o: &&Value| {
+        (
+            annotation(o, "helm.sh/hook"),
+            annotation(o, "helm.sh/hook-weight"),
+            annotation(o, "helm.sh/hook-delete-policy"),
+            o["webhooks"].as_array().is_some_and(Vec::is_empty),
+        )
     };
-    assert_eq!(strip(created), strip(removed), "{kind}: the twins differ");
-    created
+    let after = "post-install,post-upgrade,post-rollback";
+    let expected: Vec<(&str, &str, &str, bool)> = if kind == "MutatingWebhookConfiguration" {
+        vec![
+            (after, "0", "before-hook-creation", false),
+            (
+                "pre-delete",
+                "0",
+                "before-hook-creation,hook-succeeded",
+                true,
+            ),
+        ]
+    } else {
+        vec![
+            (after, "-10", "before-hook-creation", true),
+            (after, "10", "before-hook-creation", false),
+            (
+                "pre-delete",
+                "-10",
+                "before-hook-creation,hook-succeeded",
+                true,
+            ),
+        ]
+    };
+    let mut found: Vec<_> = all.iter().map(placed).collect();
+    let mut expected: Vec<_> = expected
+        .into_iter()
+        .map(|(h, w, p, e)| (h.to_owned(), w.to_owned(), p.to_owned(), e))
+        .collect();
+    found.sort();
+    expected.sort();
+    assert_eq!(found, expected, "{kind}");
+    let names: std::collections::BTreeSet<_> = all
+        .iter()
+        .map(|o| o["metadata"]["name"].to_string())
+        .collect();
+    assert_eq!(names.len(), 1, "{kind}: one name");
+    all.into_iter()
+        .find(|o| !placed(o).3)
+        .expect("the configuration")
 }
 
 /// The Secret whose name ends with `suffix` (`-tls`: the serving pair, `-ca`: the CA).
@@ -198,25 +227,60 @@ fn kinds(objects: &[Value]) -> Vec<String> {
     kinds
 }
 
-/// The chart rendered for one namespace or every one, and what `jumppod rbac --controller`
-/// prints for the same.
-fn chart_and_printed(all: bool) -> (Vec<Value>, Vec<Value>) {
-    let chart = template(&["--set", &format!("watchAllNamespaces={all}")]);
-    let mut args = vec!["rbac", "--controller", "--namespace", NS];
-    if all {
-        args.push("--all-namespaces");
-    }
+/// Which namespaces the controller watches, in the tests' cases.
+#[derive(Clone, Copy, Debug)]
+enum Watching {
+    Its,
+    Every,
+    /// dstack and dstack-staging.
+    Some,
+    /// The release's and dstack.
+    ItsAndAnother,
+}
+
+/// The chart rendered for that, and what `jumppod rbac --controller` prints for the same.
+fn chart_and_printed(watching: Watching) -> (Vec<Value>, Vec<Value>) {
+    let (values, flags): (&[&str], &[&str]) = match watching {
+        Watching::Its => (&[], &[]),
+        Watching::Every => (&["--set", "watchAllNamespaces=true"], &["--all-namespaces"]),
+        Watching::Some => (
+            &[
+                "--set",
+                "controller.watchNamespaces={dstack,dstack-staging}",
+            ],
+            &[
+                "--watch-namespace",
+                "dstack",
+                "--watch-namespace",
+                "dstack-staging",
+            ],
+        ),
+        Watching::ItsAndAnother => (
+            &["--set", "controller.watchNamespaces={dstack-system,dstack}"],
+            &[
+                "--watch-namespace",
+                "dstack-system",
+                "--watch-namespace",
+                "dstack",
+            ],
+        ),
+    };
+    let chart = template(values);
+    let args = [&["rbac", "--controller", "--namespace", NS][..], flags].concat();
     (chart, jumppod(&args))
 }
 
 /// The chart's controller has exactly the RBAC `jumppod rbac --controller` prints: the same
 /// kinds of objects, and each binding grants the controller's ServiceAccount the same rules in
-/// the same namespace (a ClusterRole with `-A`, the Lease's Role in the release's namespace).
+/// the same namespace (a ClusterRole with `-A`, a Role in each namespace of
+/// `controller.watchNamespaces`, the Lease's Role in the release's namespace).
 #[rstest]
-#[case::for_one_namespace(false)]
-#[case::for_every_namespace(true)]
-fn the_charts_rbac_is_what_rbac_controller_prints(#[case] all: bool) {
-    let (chart, printed) = chart_and_printed(all);
+#[case::for_its_namespace(Watching::Its)]
+#[case::for_every_namespace(Watching::Every)]
+#[case::for_some_namespaces(Watching::Some)]
+#[case::for_its_namespace_and_another(Watching::ItsAndAnother)]
+fn the_charts_rbac_is_what_rbac_controller_prints(#[case] watching: Watching) {
+    let (chart, printed) = chart_and_printed(watching);
     let rbac = |objects: &[Value]| -> Vec<Value> {
         objects
             .iter()
@@ -233,10 +297,11 @@ fn the_charts_rbac_is_what_rbac_controller_prints(#[case] all: bool) {
 /// probes on it, the same resources, replicas and grace period, and at least its security
 /// contexts, as the chart's ServiceAccount.
 #[rstest]
-#[case::for_one_namespace(false)]
-#[case::for_every_namespace(true)]
-fn the_charts_controller_runs_what_rbac_controller_prints(#[case] all: bool) {
-    let (chart, printed) = chart_and_printed(all);
+#[case::for_its_namespace(Watching::Its)]
+#[case::for_every_namespace(Watching::Every)]
+#[case::for_some_namespaces(Watching::Some)]
+fn the_charts_controller_runs_what_rbac_controller_prints(#[case] watching: Watching) {
+    let (chart, printed) = chart_and_printed(watching);
     let ours = deployment(&chart, "controller");
     let theirs = one(&printed, "Deployment");
     assert_eq!(ours["spec"]["replicas"], theirs["spec"]["replicas"]);
@@ -809,6 +874,14 @@ fn helm_lint_passes(#[case] values: &[&str]) {
 #[case::an_existing_secret_without_its_ca(
     &["--set", "webhook.enabled=true", "--set", "webhook.tls.existingSecret=mine"],
     "webhook.tls.caBundle is empty and the Secret dstack-system/mine (webhook.tls.existingSecret) has no ca.crt"
+)]
+#[case::every_namespace_and_a_list(
+    &["--set", "watchAllNamespaces=true", "--set", "controller.watchNamespaces={dstack}"],
+    "watchAllNamespaces and controller.watchNamespaces: choose one"
+)]
+#[case::a_watched_namespace_that_is_no_name(
+    &["--set", "controller.watchNamespaces={Dstack}"],
+    "at '/controller/watchNamespaces/0'"
 )]
 #[case::no_webhook_replica_under_fail(
     &["--set", "webhook.replicas=0"],

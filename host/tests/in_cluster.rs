@@ -85,6 +85,13 @@ impl Release {
             "controller": placement.clone(),
             "webhook": placement,
         });
+        // The three tests' releases share one node's cpu (the other evicts for memory), a
+        // rollout's surge replica included: a fifth of a core compiles the module in about
+        // 17 s instead of 7.
+        merge(
+            &mut values,
+            json!({"webhook": {"resources": {"cpu": "200m", "memory": "128Mi"}}}),
+        );
         merge(&mut values, extra);
         let path = cluster_dir().join(format!("{name}-values.json"));
         std::fs::write(&path, values.to_string()).expect("write the values");
@@ -622,6 +629,180 @@ async fn the_in_cluster_webhook_is_called_through_its_service_and_an_uninstall_l
     )
     .await;
     for n in [covered, free, ns] {
+        let _ = Api::<Namespace>::all(client.clone())
+            .delete(n, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// What a client creating jump pods saw: how many the webhook mutated, how many were admitted
+/// without it (no configuration at that moment), and every refusal.
+#[derive(Debug, Default)]
+struct Tally {
+    mutated: usize,
+    unchecked: usize,
+    refused: Vec<String>,
+}
+
+/// A client creating the legacy jump pod in `ns` (a server-side dry run: every webhook called,
+/// nothing stored) every 200 ms, until the returned sender is dropped or sent to.
+fn creating(
+    client: Client,
+    ns: &'static str,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Tally>,
+) {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let current = schema::current_selector(&schema::jump_pod_name("main"));
+    let task = tokio::spawn(async move {
+        let mut tally = Tally::default();
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                _ = tick.tick() => {}
+            }
+            match dry_run(&client, ns, &legacy_pod()).await {
+                Ok(pod) => {
+                    let labels = pod.metadata.labels.unwrap_or_default();
+                    if current.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                        tally.mutated += 1;
+                    } else {
+                        tally.unchecked += 1;
+                    }
+                }
+                Err(e) => tally.refused.push(e.to_string()),
+            }
+        }
+        tally
+    });
+    (stop, task)
+}
+
+/// Ends a client of [`creating`], prints what it saw during `phase` and checks that no jump
+/// pod was refused.
+async fn no_refusal(
+    phase: &str,
+    client: (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<Tally>,
+    ),
+) -> Tally {
+    let (stop, task) = client;
+    let _ = stop.send(());
+    let tally = task.await.expect("the client");
+    let total = tally.mutated + tally.unchecked + tally.refused.len();
+    eprintln!(
+        "{phase}: {} of {total} jump pods refused ({} mutated by the webhook, {} admitted without it)",
+        tally.refused.len(),
+        tally.mutated,
+        tally.unchecked
+    );
+    assert!(
+        tally.refused.is_empty(),
+        "{phase}: {} of {total} refused: {:#?}",
+        tally.refused.len(),
+        tally.refused
+    );
+    tally
+}
+
+/// Jump pods created one every 200 ms, under failurePolicy Fail, through the three moments an
+/// operator's chart operations put the webhook in: `helm install --wait` (the configurations
+/// are created only once the webhook is ready), a `helm upgrade` that restarts both replicas
+/// (a new one ready before an old one stops; the old one drains), and `helm uninstall` (the
+/// configurations deleted before the webhook): none is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_jump_pod_is_refused_through_an_install_a_rollout_and_an_uninstall() {
+    let client = admin().await.client;
+    let covered = "chart-rollout-covered";
+    create_namespace(&client, covered).await;
+
+    let creating_pods = creating(client.clone(), covered);
+    let mut release = tokio::task::spawn_blocking(move || {
+        Release::install(
+            "jpr",
+            "chart-rollout",
+            json!({"controller": {"replicas": 1},
+                   "webhook": {"enabled": true, "onlyNamespaces": [covered]}}),
+        )
+    })
+    .await
+    .unwrap();
+    let install = no_refusal("helm install --wait", creating_pods).await;
+    // The API server calls a new configuration once its informer hears of it.
+    wait_for(
+        "the installed webhook to mutate the legacy pod",
+        Duration::from_secs(30),
+        || async {
+            let pod = dry_run(&client, covered, &legacy_pod()).await.ok()?;
+            let labels = pod.metadata.labels.unwrap_or_default();
+            let current = schema::current_selector(&schema::jump_pod_name("main"));
+            current
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        install.mutated + install.unchecked > 0,
+        "the client created jump pods during the install: {install:?}"
+    );
+
+    let before: Vec<String> = release
+        .pods(&client, "webhook")
+        .await
+        .iter()
+        .map(name)
+        .collect();
+    assert_eq!(before.len(), 2, "{before:?}");
+    let creating_pods = creating(client.clone(), covered);
+    release = tokio::task::spawn_blocking(move || {
+        release.upgrade(&["webhook.podAnnotations.rolled=yes"]);
+        release
+    })
+    .await
+    .unwrap();
+    // Until both old replicas have drained and are gone.
+    wait_for(
+        "the old webhook replicas to be gone",
+        Duration::from_secs(90),
+        || async {
+            let now: Vec<String> = release
+                .pods(&client, "webhook")
+                .await
+                .iter()
+                .map(name)
+                .collect();
+            (now.len() == 2 && now.iter().all(|p| !before.contains(p))).then_some(())
+        },
+    )
+    .await;
+    let rollout = no_refusal("helm upgrade restarting the webhook", creating_pods).await;
+    assert!(rollout.mutated > 0, "{rollout:?}");
+
+    let creating_pods = creating(client.clone(), covered);
+    let ns = release.ns;
+    tokio::task::spawn_blocking(move || release.uninstall())
+        .await
+        .unwrap();
+    wait_for(
+        "the webhook's pods to be gone",
+        Duration::from_secs(90),
+        || async {
+            Api::<Pod>::namespaced(client.clone(), ns)
+                .list(&ListParams::default().labels("app.kubernetes.io/instance=jpr"))
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+                .map(drop)
+        },
+    )
+    .await;
+    no_refusal("helm uninstall", creating_pods).await;
+    for n in [covered, ns] {
         let _ = Api::<Namespace>::all(client.clone())
             .delete(n, &DeleteParams::default())
             .await;
