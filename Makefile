@@ -29,7 +29,7 @@ FEATURES     := jumppod-host/real-node,jumppod-e2e/real-cluster
 STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 
-.PHONY: image image-bin image-check all setup check test-build packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: image image-bin image-check publish all setup check test-build packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -289,10 +289,12 @@ controlplane-check:
 
 ## real-node-deps: what the real nodes run, from Debian's packages (root): containerd and runc,
 ## the CNI plugins, iptables and conntrack for kube-proxy, debootstrap for the jump pod's image
-REAL_NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack debootstrap iproute2
+REAL_NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack debootstrap iproute2 \
+  docker-registry skopeo
 real-node-deps:
 	@{ test -x /usr/bin/containerd && test -x /usr/sbin/runc && test -x /usr/lib/cni/bridge && \
-	   test -x /usr/sbin/iptables && test -x /usr/sbin/conntrack && test -x /usr/sbin/debootstrap && test -x /usr/sbin/ip; } || { \
+	   test -x /usr/sbin/iptables && test -x /usr/sbin/conntrack && test -x /usr/sbin/debootstrap && test -x /usr/sbin/ip && \
+	   test -x /usr/bin/docker-registry && test -x /usr/bin/skopeo; } || { \
 	  echo "real nodes: installing Debian's $(REAL_NODE_PACKAGES)"; \
 	  $(call apt-install,$(REAL_NODE_PACKAGES)); }
 
@@ -317,6 +319,18 @@ image-bin:
 	  nice -n 5 $(CARGO) build --profile image -p jumppod-host --locked
 image: policy image-bin $(CONTROLPLANE)
 	image/build.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
+
+## publish: push `make image`'s image and the chart to REGISTRY (host[/path], default the
+## project's): REGISTRY/jumppod:VERSION and oci://REGISTRY/charts/jumppod, after `docker login`/
+## `helm registry login` where the registry asks for it; PLAIN_HTTP=1 for a registry without TLS.
+## target/publish/published.env names what was pushed. make real-node-scenarios runs the same
+## script against a registry on loopback, from which the real nodes pull.
+REGISTRY ?= ghcr.io/jumppod
+PUBLISH   = image/publish.sh $(1) $(IMAGE_DIR)/jumppod.oci.tar $(VERSION) $(CHART) $(HELM) $(TARGET_DIR)/publish $(2)
+export JUMPPOD_PUBLISHED := $(TARGET_DIR)/publish/published.env
+publish: image $(HELM)
+	@command -v skopeo >/dev/null 2>&1 || { echo "publish: installing Debian's skopeo"; $(call apt-install,skopeo); }
+	$(call PUBLISH,$(REGISTRY),$(if $(PLAIN_HTTP),plain-http))
 
 ## dist: a static `jumppod` for Linux x86_64 (musl, optimised as the image's binary) and its
 ## SHA-256, in target/dist: for machines that run the CLI or the controller outside a cluster.
@@ -363,15 +377,17 @@ real-node-check: real-node-deps real-node-images
 ## plane of its own with 2 real nodes, the second evicting for memory 2 GiB below what is
 ## free when it starts. The tests are built before it starts: a build's memory would press it.
 ## The workspace's features, as `unit`'s: nothing is built again after `make test-build`.
-## Then the chart on the same nodes (host/tests/in_cluster.rs): `make image`'s image, imported
-## into each node, installed by helm as operators install it.
+## Then the chart on the same nodes (host/tests/in_cluster.rs), as operators get it: a registry
+## on loopback (Debian's docker-registry, `--registry`) to which `make publish`'s script pushes
+## `make image`'s image and the chart; helm installs the chart from it and the nodes' containerd
+## pulls the image by digest (the jump pods' sshd image too), nothing imported but the pause image.
 REAL_NODE_TEST := $(CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS)
 real-node-scenarios: policy real-node-deps real-node-images sshd image $(HELM) $(CONTROLPLANE)
 	$(REAL_NODE_TEST) --no-run
-	set -o pipefail; nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --real-node-images $(REAL_NODE_IMAGES) \
-	  --real-node-image $(IMAGE_DIR)/jumppod.oci.tar \
-	  --dir $(TARGET_DIR)/controlplane/real-node -- \
-	  $(REAL_NODE_TEST) -- --nocapture 2>&1 | tee $(TARGET_DIR)/real-node.log
+	set -o pipefail; nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --registry \
+	  --real-node-images $(REAL_NODE_IMAGES) --dir $(TARGET_DIR)/controlplane/real-node -- \
+	  sh -c '$(call PUBLISH,"$$JUMPPOD_REGISTRY/jumppod",plain-http) && exec $(REAL_NODE_TEST) -- --nocapture' \
+	  2>&1 | tee $(TARGET_DIR)/real-node.log
 
 ## cluster-up: the control plane in the foreground, files in target/controlplane/run (Ctrl-C stops it)
 cluster-up: $(CONTROLPLANE)

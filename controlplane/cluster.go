@@ -43,6 +43,9 @@ type upOptions struct {
 	// machine's available memory falls this far below what it was when the
 	// node started (realnode.go pressureConfig).
 	pressureHeadroom int64
+	// registry: the real nodes pull from an OCI registry on loopback
+	// (registry.go) instead of having the sshd image imported.
+	registry bool
 }
 
 // cluster is a running control plane: embedded etcd, three child processes

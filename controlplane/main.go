@@ -37,11 +37,13 @@ const usage = `usage: jumppod-controlplane COMMAND [FLAGS]
 commands:
   up --dir DIR [--nodes 3] [--node-cpu 4] [--node-memory 8Gi] [--start-timeout 180s] [--exit-on-stdin-close]
      [--real-nodes 0] [--real-node-images DIR] [--real-node-image ARCHIVE]... [--pressure-headroom Q]
+     [--registry]
       start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and fake nodes on
       127.0.0.1, and real nodes (kubelet + containerd, kube-proxy) when asked; print
       "ready <DIR/admin.kubeconfig>" once ready; stop on SIGINT/SIGTERM
   run --dir DIR [up flags] -- CMD ARGS...
-      start as up does, run CMD with JUMPPOD_CLUSTER_DIR, JUMPPOD_CLUSTER_KUBECONFIG and
+      start as up does, run CMD with JUMPPOD_CLUSTER_DIR, JUMPPOD_CLUSTER_KUBECONFIG,
+      JUMPPOD_REGISTRY (with --registry) and
       JUMPPOD_CLUSTER_AUDIT_LOG set, stop, and exit with CMD's exit code
   node-not-ready --dir DIR NODE   a fake NODE's kubelet stops (Ready=False, no heartbeats); a
                                   real NODE loses its power (its kubelet, containerd and pods
@@ -108,6 +110,7 @@ func upFlags(name string) (*flag.FlagSet, *upOptions) {
 	fs.IntVar(&o.realNodes, "real-nodes", 0, "number of real nodes (kubelet, containerd, one kube-proxy), tainted "+realNodeTaint+"=true:NoSchedule")
 	fs.StringVar(&o.realNodeImages, "real-node-images", defaultImagesDir(), "directory of pause.oci.tar and sshd.oci.tar (images/build.sh)")
 	fs.Var((*stringList)(&o.extraImages), "real-node-image", "another OCI archive every real node imports, e.g. jumppod's own (make image; repeatable)")
+	fs.BoolVar(&o.registry, "registry", false, "with --real-nodes: run Debian's docker-registry on 127.0.0.1 (JUMPPOD_REGISTRY, ready.json's registry), push the sshd image there and have every real node's containerd pull from it over plain HTTP instead of importing it")
 	fs.Func("pressure-headroom", "a quantity (e.g. 2Gi): the last real node gets a soft memory eviction threshold this far below the memory available when it starts, and the taint "+pressureTaint+"=true:NoSchedule; for a test that presses it by allocating more than that", func(v string) error {
 		q, err := resource.ParseQuantity(v)
 		if err != nil {
@@ -211,6 +214,9 @@ func runCommand(args []string) int {
 		"JUMPPOD_CLUSTER_KUBECONFIG="+c.kubeconfig,
 		"JUMPPOD_CLUSTER_AUDIT_LOG="+c.auditLog,
 	)
+	if addr := c.registryAddr(); addr != "" {
+		cmd.Env = append(cmd.Env, "JUMPPOD_REGISTRY="+addr)
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "jumppod-controlplane: %v\n", err)
 		return 127

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,6 +91,8 @@ type realNodesInfo struct {
 	PodSubnet   string         `json:"pod_subnet"`
 	NodePortsOn string         `json:"nodeports_on"`
 	Pressure    *pressureInfo  `json:"pressure,omitempty"`
+	// Registry: --registry's host:port; the sshd image is then pulled from it.
+	Registry string `json:"registry,omitempty"`
 }
 
 // pressureInfo is the node of --pressure-headroom: its soft memory threshold and
@@ -148,6 +151,10 @@ type realNodes struct {
 	pressure *pressureInfo
 	// apiForward carries pods' connections to the API server (incluster.go).
 	apiForward net.Listener
+	// registry: up's --registry (registry.go); sshdRef the sshd image pushed
+	// there, by digest.
+	registry *registry
+	sshdRef  string
 }
 
 // realNodeTools are what the real nodes need from Debian (make real-node-deps).
@@ -216,9 +223,23 @@ func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOp
 		return fmt.Errorf("real nodes: %w", err)
 	}
 
-	ports, err := freePorts(2*opts.realNodes + 2)
+	ports, err := freePorts(2*opts.realNodes + 3)
 	if err != nil {
 		return err
+	}
+	if opts.registry {
+		if err := r.startRegistry(ctx, ports[len(ports)-1]); err != nil {
+			return err
+		}
+		sshd := filepath.Join(r.imagesDir, "sshd.oci.tar")
+		ref, err := r.push(ctx, sshd, "jumppod/sshd", "bookworm")
+		if err != nil {
+			return fmt.Errorf("real nodes: %w", err)
+		}
+		r.sshdRef = ref
+		// Pulled, not imported.
+		images = slices.DeleteFunc(images, func(i string) bool { return i == sshd })
+		progress(start, "registry on %s, the sshd image pushed: %s", r.registry.addr, ref)
 	}
 	for i := 1; i <= opts.realNodes; i++ {
 		node := &realNode{index: i, name: realNodeName(i), ip: realNodeIP(i),
@@ -330,11 +351,18 @@ func socketReplaced(path string, before socketIdentity) error {
 
 // info is what ready.json says about the real nodes.
 func (r *realNodes) info() *realNodesInfo {
+	sshd := sshdImage
+	if r.sshdRef != "" {
+		sshd = r.sshdRef
+	}
 	in := &realNodesInfo{
-		SSHDImage: sshdImage, PauseImage: pauseImage,
+		SSHDImage: sshd, PauseImage: pauseImage,
 		Label: realNodeLabel + "=true", Taint: realNodeTaint + "=true:NoSchedule",
 		Bridge: realBridge, PodSubnet: realSubnet, NodePortsOn: "127.0.0.1",
 		Pressure: r.pressure,
+	}
+	if r.registry != nil {
+		in.Registry = r.registry.addr
 	}
 	for _, n := range r.nodes {
 		in.Nodes = append(in.Nodes, realNodeInfo{
@@ -424,8 +452,14 @@ func (r *realNodes) makeCgroups(node *realNode) error {
 	return nil
 }
 
-func containerdConfig(node *realNode) string {
+// containerdConfig is a node's containerd configuration; hosts, when not "",
+// is the directory of its registries' hosts.toml files (--registry).
+func containerdConfig(node *realNode, hosts string) string {
 	d := filepath.Join(node.state, "containerd")
+	registries := ""
+	if hosts != "" {
+		registries = fmt.Sprintf("  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = %q\n", hosts)
+	}
 	return fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -456,8 +490,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
-`, filepath.Join(d, "root"), filepath.Join(d, "state"), node.socket, filepath.Join(d, "opt"), pauseImage,
-		filepath.Join(d, "runc"), filepath.Join(node.dir, "cni", "net.d"))
+%s`, filepath.Join(d, "root"), filepath.Join(d, "state"), node.socket, filepath.Join(d, "opt"), pauseImage,
+		filepath.Join(d, "runc"), filepath.Join(node.dir, "cni", "net.d"), registries)
 }
 
 // cniConfig: one bridge for every node, each node allocating from its own
@@ -490,8 +524,16 @@ func (r *realNodes) startContainerd(ctx context.Context, node *realNode) error {
 	if err := r.makeCgroups(node); err != nil {
 		return err
 	}
+	hosts := ""
+	if r.registry != nil {
+		hosts = filepath.Join(node.dir, "certs.d")
+		file := filepath.Join(hosts, r.registry.addr, "hosts.toml")
+		if err := writeFile(file, []byte(registryHosts(r.registry.addr)), 0o644); err != nil {
+			return err
+		}
+	}
 	config := filepath.Join(node.dir, "containerd.toml")
-	if err := writeFile(config, []byte(containerdConfig(node)), 0o644); err != nil {
+	if err := writeFile(config, []byte(containerdConfig(node, hosts)), 0o644); err != nil {
 		return err
 	}
 	if err := writeFile(filepath.Join(node.dir, "cni", "net.d", "10-jumppod.conflist"), []byte(cniConfig(node)), 0o644); err != nil {
@@ -774,6 +816,9 @@ func (r *realNodes) stop() {
 		}
 	}
 	wg.Wait()
+	if r.registry != nil {
+		r.registry.proc.stop(5 * time.Second)
+	}
 	r.removeLeftovers()
 	_ = os.RemoveAll(stateBase)
 	for _, rule := range r.iptables {

@@ -1,6 +1,8 @@
-//! The chart on real nodes (`make real-node-scenarios`, after tests/real_node.rs): `helm
-//! install` of charts/jumppod runs jumppod's own image (`make image`, imported into each real
-//! node's containerd) as pods whose only credentials are the chart's ServiceAccount. They reach
+//! The chart on real nodes (`make real-node-scenarios`, after tests/real_node.rs), as operators
+//! get it: `make publish`'s script pushes jumppod's image and the chart to the control plane's
+//! registry on loopback; `helm install oci://...` installs the chart from it, and the real nodes'
+//! containerd pulls the image by digest, as pods whose only credentials are the chart's
+//! ServiceAccount. They reach
 //! the API server as any in-cluster client does, through the `kubernetes` Service. What only
 //! this file proves: the image runs under the chart's security context, the chart's RBAC is
 //! enough for the controller, its Lease elects one of two replicas, the API server calls the
@@ -32,12 +34,47 @@ use std::time::{Duration, Instant};
 /// what was free when it started (its own taint): a build on the machine would press it.
 const REAL_NODE: &str = "jumppod.test/real-node";
 
-/// `make image`'s reference (the Makefile exports it), split into repository and tag.
-fn image() -> (String, String) {
-    let reference = std::env::var("JUMPPOD_IMAGE_REF")
-        .expect("JUMPPOD_IMAGE_REF is not set: make real-node-scenarios sets it (make image)");
-    let (repository, tag) = reference.rsplit_once(':').expect("REPOSITORY:TAG");
-    (repository.to_owned(), tag.to_owned())
+/// What `make publish`'s script pushed to the control plane's registry (`--registry`): the
+/// image's repository and digest, the chart's `oci://` reference and version, read from the
+/// file it writes (the Makefile exports its path).
+struct Published {
+    repository: String,
+    digest: String,
+    chart: String,
+    version: String,
+}
+
+fn published() -> Published {
+    let path = std::env::var("JUMPPOD_PUBLISHED")
+        .expect("JUMPPOD_PUBLISHED is not set: make real-node-scenarios publishes and sets it");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e} (make real-node-scenarios publishes first)"));
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{path}: no {key}"))
+            .to_owned()
+    };
+    let published = Published {
+        repository: field("IMAGE_REPOSITORY"),
+        digest: field("IMAGE_DIGEST"),
+        chart: field("CHART"),
+        version: field("CHART_VERSION"),
+    };
+    let registry = std::env::var("JUMPPOD_REGISTRY")
+        .expect("JUMPPOD_REGISTRY is not set: run inside jumppod-controlplane run --registry");
+    assert!(
+        published.chart.starts_with(&format!("oci://{registry}/")),
+        "{} was not pushed to this control plane's registry {registry}",
+        published.chart
+    );
+    published
+}
+
+/// The image reference the chart's pods run: the published repository, by digest.
+fn image() -> String {
+    let published = published();
+    format!("{}@{}", published.repository, published.digest)
 }
 
 /// Runs helm (built by the Makefile from its Go module) against the control plane; fails with
@@ -70,10 +107,10 @@ struct Release {
 }
 
 impl Release {
-    /// `helm install --wait`: the image of `make image`, never pulled, on the real nodes; `extra`
-    /// is merged over that.
+    /// `helm install --wait` of the chart from the registry, as an operator installs it: the
+    /// published image by digest, pulled by the real nodes; `extra` is merged over that.
     fn install(name: &'static str, ns: &'static str, extra: Value) -> Release {
-        let (repository, tag) = image();
+        let published = published();
         let placement = json!({
             "nodeSelector": {REAL_NODE: "true"},
             "tolerations": [
@@ -81,7 +118,7 @@ impl Release {
             ],
         });
         let mut values = json!({
-            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+            "image": {"repository": published.repository, "digest": published.digest},
             "controller": placement.clone(),
             "webhook": placement,
         });
@@ -95,12 +132,14 @@ impl Release {
         merge(&mut values, extra);
         let path = cluster_dir().join(format!("{name}-values.json"));
         std::fs::write(&path, values.to_string()).expect("write the values");
-        let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/jumppod");
         let start = Instant::now();
         helm(&[
             "install",
             name,
-            chart.to_str().unwrap(),
+            &published.chart,
+            "--version",
+            &published.version,
+            "--plain-http",
             "--namespace",
             ns,
             "--create-namespace",
@@ -124,11 +163,14 @@ impl Release {
 
     /// `helm upgrade --wait` with the install's values and `set` over them.
     fn upgrade(&self, set: &[&str]) {
-        let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/jumppod");
+        let published = published();
         let mut args = vec![
             "upgrade",
             self.name,
-            chart.to_str().unwrap(),
+            &published.chart,
+            "--version",
+            &published.version,
+            "--plain-http",
             "--namespace",
             self.ns,
             "--values",
@@ -327,7 +369,7 @@ async fn finished_and_repaired(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_chart_runs_two_controllers_from_the_local_image_one_leading_and_its_rbac_is_enough_to_repair_and_to_take_over()
+async fn the_chart_runs_two_controllers_from_the_published_image_one_leading_and_its_rbac_is_enough_to_repair_and_to_take_over()
  {
     let client = admin().await.client;
     let release = Release::install("jp", "chart-controller", json!({}));
@@ -341,14 +383,21 @@ async fn the_chart_runs_two_controllers_from_the_local_image_one_leading_and_its
         "{:?}",
         pods.iter().map(name).collect::<Vec<_>>()
     );
-    let (repository, tag) = image();
+    let image = image();
     for pod in &pods {
         assert!(is_ready(pod), "{} is not Ready", name(pod));
         let spec = pod.spec.as_ref().unwrap();
-        assert_eq!(
-            spec.containers[0].image,
-            Some(format!("{repository}:{tag}"))
-        );
+        assert_eq!(spec.containers[0].image.as_ref(), Some(&image));
+        // Pulled from the registry: containerd names the image it runs by the registry's
+        // repository and digest (an imported one would carry its own name).
+        let status = &pod
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(status.image_id, image, "{}", name(pod));
         let node = spec.node_name.clone().unwrap_or_default();
         assert!(node.starts_with("real-node-"), "{} on {node}", name(pod));
         assert_eq!(
