@@ -328,6 +328,27 @@ impl Webhook {
         assert_eq!(status, 200, "{answer}");
         serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}"))
     }
+
+    /// [`Webhook::review`], but a review unanswered within three quarters of [`ANSWER`] (before
+    /// the request's own limit) fails with what the webhook logged meanwhile: its debug lines
+    /// say how far the review got.
+    async fn review_or_log(&mut self, body: &str) -> Value {
+        let limit = ANSWER * 3 / 4;
+        match tokio::time::timeout(limit, self.review(body)).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                let mut logged = Vec::new();
+                while let Ok(line) = self.log.lines.try_recv() {
+                    logged.push(line);
+                }
+                panic!(
+                    "no answer within {limit:?}; the webhook logged:\n{}\n{}",
+                    self.log.seen.join("\n"),
+                    logged.join("\n")
+                );
+            }
+        }
+    }
 }
 
 /// The legacy bare pod of policy/test_data, sent by the API server as an AdmissionReview:
@@ -554,7 +575,7 @@ const LEGACY_UID: &str = "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_of_7_mib_is_reviewed_and_a_longer_one_refused_under_its_uid() {
     const LIMIT: usize = 7 * 1024 * 1024;
-    let webhook = Webhook::start(&policy_wasm()).await;
+    let mut webhook = Webhook::start(&policy_wasm()).await;
     let mut review: Value =
         serde_json::from_str(&fixture("admission_review_legacy_bare_pod_create.json")).unwrap();
     let size = review.to_string().len();
@@ -566,7 +587,7 @@ async fn a_body_of_7_mib_is_reviewed_and_a_longer_one_refused_under_its_uid() {
         "{}",
         body.len()
     );
-    let answer = webhook.review(&body).await;
+    let answer = webhook.review_or_log(&body).await;
     let response = &answer["response"];
     assert_eq!(response["uid"], LEGACY_UID, "{}", response["status"]);
     assert_eq!(response["allowed"], true, "{}", response["status"]);
@@ -574,7 +595,7 @@ async fn a_body_of_7_mib_is_reviewed_and_a_longer_one_refused_under_its_uid() {
 
     let front = r#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"past-the-limit","object":{"metadata":{"annotations":{"padding":""#;
     let body = format!("{front}{}", "x".repeat(LIMIT + 1 - front.len()));
-    let answer = webhook.review(&body).await;
+    let answer = webhook.review_or_log(&body).await;
     let response = &answer["response"];
     assert_eq!(response["uid"], "past-the-limit", "{response}");
     assert_eq!(response["allowed"], false, "{response}");
@@ -587,9 +608,9 @@ async fn a_body_of_7_mib_is_reviewed_and_a_longer_one_refused_under_its_uid() {
 
 /// The serving pair replaced in place (as cert-manager rotates it) is served from the next
 /// handshake on, without a restart; a connection opened before gets its next answer and is
-/// closed after it, so that the client verifies the new certificate. A pair that does not load on the way (a certificate half written, a key of
-/// another certificate) keeps the previous one served, with a warning naming the flag, the
-/// file and the problem. The files are compared on every handshake, so the handshake right
+/// closed after it, so that the client verifies the new certificate. A pair that does not load
+/// on the way (a certificate half written, a key of another certificate) keeps the previous one
+/// served, with a warning naming the flag, the file and the problem. The files are compared on every handshake, so the handshake right
 /// after a change already sees it: no polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_older_connections_close_after_their_answer()
