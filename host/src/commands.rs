@@ -203,22 +203,12 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             watch_namespaces,
             image,
         } => {
-            let named = std::iter::once(("--namespace", &namespace))
-                .chain(watch_namespaces.iter().map(|ns| ("--watch-namespace", ns)));
-            for (field, ns) in named {
-                if let Some(problem) = config::dns_label_problem(ns) {
-                    return Err(ConfigError {
-                        field: field.into(),
-                        value: ns.clone(),
-                        problem: problem.into(),
-                    }
-                    .into());
-                }
-            }
+            check_namespaces(
+                std::iter::once(("--namespace", &namespace))
+                    .chain(watch_namespaces.iter().map(|ns| ("--watch-namespace", ns))),
+            )?;
             if controller {
-                let mut watched = watch_namespaces;
-                let mut seen = std::collections::BTreeSet::new();
-                watched.retain(|ns| seen.insert(ns.clone()));
+                let watched = each_once(watch_namespaces);
                 let watched = match (all_namespaces, watched.is_empty()) {
                     (true, _) => rbac::Watched::Every,
                     (false, true) => rbac::Watched::Own,
@@ -494,31 +484,20 @@ async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError>
         if list.is_empty() {
             list.push(file.namespace.clone().unwrap_or(default_ns.clone()));
         }
-        // Each namespace once, in the order given.
-        let mut seen = std::collections::BTreeSet::new();
-        list.retain(|ns| seen.insert(ns.clone()));
-        list
+        each_once(list)
     });
     let lease_namespace = args
         .lease_namespace
         .clone()
         .or(namespaces.as_ref().and_then(|l| l.first().cloned()))
         .unwrap_or(default_ns);
-    let checked = namespaces
-        .iter()
-        .flatten()
-        .map(|ns| ("--namespace", ns))
-        .chain([("--lease-namespace", &lease_namespace)]);
-    for (field, ns) in checked {
-        if let Some(problem) = config::dns_label_problem(ns) {
-            return Err(ConfigError {
-                field: field.into(),
-                value: ns.clone(),
-                problem: problem.into(),
-            }
-            .into());
-        }
-    }
+    check_namespaces(
+        namespaces
+            .iter()
+            .flatten()
+            .map(|ns| ("--namespace", ns))
+            .chain([("--lease-namespace", &lease_namespace)]),
+    )?;
     let election = args.leader_elect.then(|| Election {
         namespace: lease_namespace,
         lease: args.lease_name.clone(),
@@ -552,6 +531,31 @@ async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError>
         terminated(),
     )
     .await
+}
+
+/// The first `--namespace`-like value in `named` that is not a DNS label, as the error naming
+/// its flag and value.
+fn check_namespaces<'a>(
+    named: impl IntoIterator<Item = (&'static str, &'a String)>,
+) -> Result<(), HostError> {
+    for (field, ns) in named {
+        if let Some(problem) = config::dns_label_problem(ns) {
+            return Err(ConfigError {
+                field: field.into(),
+                value: ns.clone(),
+                problem: problem.into(),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// `list` with each namespace once, in the order given.
+fn each_once(mut list: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    list.retain(|ns| seen.insert(ns.clone()));
+    list
 }
 
 /// Writes generated text (a completion script, a manual page) to stdout; a closed stdout is an
