@@ -203,6 +203,15 @@ impl Release {
             .items
     }
 
+    /// The names of [`Release::pods`].
+    async fn pod_names(&self, client: &Client, component: &str) -> Vec<String> {
+        self.pods(client, component)
+            .await
+            .iter()
+            .map(name)
+            .collect()
+    }
+
     /// What each of the component's containers logged, for a failure's message.
     async fn logs(&self, client: &Client, component: &str) -> String {
         let mut out = String::new();
@@ -693,6 +702,14 @@ struct Tally {
     refused: Vec<String>,
 }
 
+/// Whether the webhook mutated [`legacy_pod`]: it carries the current selector's labels.
+fn mutated(pod: &Pod) -> bool {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    schema::current_selector(&schema::jump_pod_name("main"))
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+}
+
 /// A client creating the legacy jump pod in `ns` (a server-side dry run: every webhook called,
 /// nothing stored) every 200 ms, until the returned sender is dropped or sent to.
 fn creating(
@@ -703,7 +720,6 @@ fn creating(
     tokio::task::JoinHandle<Tally>,
 ) {
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let current = schema::current_selector(&schema::jump_pod_name("main"));
     let task = tokio::spawn(async move {
         let mut tally = Tally::default();
         let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -713,14 +729,8 @@ fn creating(
                 _ = tick.tick() => {}
             }
             match dry_run(&client, ns, &legacy_pod()).await {
-                Ok(pod) => {
-                    let labels = pod.metadata.labels.unwrap_or_default();
-                    if current.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-                        tally.mutated += 1;
-                    } else {
-                        tally.unchecked += 1;
-                    }
-                }
+                Ok(pod) if mutated(&pod) => tally.mutated += 1,
+                Ok(_) => tally.unchecked += 1,
                 Err(e) => tally.refused.push(e.to_string()),
             }
         }
@@ -786,12 +796,7 @@ async fn no_jump_pod_is_refused_through_an_install_a_rollout_and_an_uninstall() 
         Duration::from_secs(30),
         || async {
             let pod = dry_run(&client, covered, &legacy_pod()).await.ok()?;
-            let labels = pod.metadata.labels.unwrap_or_default();
-            let current = schema::current_selector(&schema::jump_pod_name("main"));
-            current
-                .iter()
-                .all(|(k, v)| labels.get(k) == Some(v))
-                .then_some(())
+            mutated(&pod).then_some(())
         },
     )
     .await;
@@ -800,12 +805,7 @@ async fn no_jump_pod_is_refused_through_an_install_a_rollout_and_an_uninstall() 
         "the client created jump pods during the install: {install:?}"
     );
 
-    let before: Vec<String> = release
-        .pods(&client, "webhook")
-        .await
-        .iter()
-        .map(name)
-        .collect();
+    let before = release.pod_names(&client, "webhook").await;
     assert_eq!(before.len(), 2, "{before:?}");
     let creating_pods = creating(client.clone(), covered);
     release = tokio::task::spawn_blocking(move || {
@@ -819,12 +819,7 @@ async fn no_jump_pod_is_refused_through_an_install_a_rollout_and_an_uninstall() 
         "the old webhook replicas to be gone",
         Duration::from_secs(90),
         || async {
-            let now: Vec<String> = release
-                .pods(&client, "webhook")
-                .await
-                .iter()
-                .map(name)
-                .collect();
+            let now = release.pod_names(&client, "webhook").await;
             (now.len() == 2 && now.iter().all(|p| !before.contains(p))).then_some(())
         },
     )

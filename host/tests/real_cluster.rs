@@ -532,7 +532,10 @@ async fn a_leaf_renewed_under_the_same_ca_refuses_no_jump_pod_and_one_of_another
 
     const PODS: usize = 40;
     let mut refused = Vec::new();
+    // The client's pace, one jump pod every 200 ms, as in the chart's rollout test.
+    let mut pace = tokio::time::interval(std::time::Duration::from_millis(200));
     for i in 0..PODS {
+        pace.tick().await;
         if i == PODS / 4 {
             put("renewal-2.crt", &cert);
             put("renewal-2.key", &key);
@@ -541,8 +544,6 @@ async fn a_leaf_renewed_under_the_same_ca_refuses_no_jump_pod_and_one_of_another
             Ok(pod) => assert!(mutated(&pod), "pod {i} was admitted unmutated"),
             Err(e) => refused.push(format!("pod {i}: {e}")),
         }
-        // The client's pace, as in the chart's rollout test: not a wait for a fact.
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     eprintln!(
         "renewal under the same CA: {} of {PODS} jump pods refused",
@@ -571,22 +572,7 @@ async fn a_leaf_renewed_under_the_same_ca_refuses_no_jump_pod_and_one_of_another
 
 /// The certificate a TLS server at `addr` serves (DER), verified against `ca`.
 async fn served_certificate(addr: &str, ca: &std::path::Path) -> Vec<u8> {
-    use tokio_rustls::rustls;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(first_certificate(ca).into()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .expect("a TLS session verified against the CA");
+    let tls = jumppod_testkit::cluster::tls_session(addr, ca).await;
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 

@@ -284,6 +284,31 @@ async fn ask_with_head(
         .unwrap_or_else(|_| panic!("no answer to {method} {path} within {ANSWER:?}"))
 }
 
+/// Whether an answer's head says the server closes the connection after it.
+fn closes(head: &str) -> bool {
+    head.to_ascii_lowercase().contains("connection: close")
+}
+
+/// The session ends (end of stream, nothing more sent) within [`ANSWER`].
+async fn closed(session: &mut Session) {
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(ANSWER, session.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(ended, Ok(Ok(0))),
+        "the connection stays open after an answer that closes it: {ended:?}"
+    );
+}
+
+/// A new connection to `addr` is refused: nothing listens there any more.
+async fn refused(addr: &str, when: &str) {
+    let refused = tokio::net::TcpStream::connect(addr).await;
+    assert_eq!(
+        refused.as_ref().err().map(std::io::Error::kind),
+        Some(std::io::ErrorKind::ConnectionRefused),
+        "a connection {when}: {refused:?}"
+    );
+}
+
 /// One HTTPS request on a connection of its own (`Connection: close`): the status code and
 /// the body.
 async fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
@@ -321,6 +346,16 @@ impl Webhook {
 
     async fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
         request(&self.addr, method, path, body).await
+    }
+
+    /// SIGTERM, as the kubelet stops a container.
+    fn terminate(&self) {
+        let pid = self.child.id().expect("running").to_string();
+        let kill = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(kill.success());
     }
 
     async fn review(&self, body: &str) -> Value {
@@ -675,7 +710,7 @@ async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_older_con
     let (status, head, _) = ask_with_head(&mut after, "GET", "/healthz", "").await;
     assert_eq!(status, 200);
     assert!(
-        !head.to_ascii_lowercase().contains("connection: close"),
+        !closes(&head),
         "a connection made with the current pair is kept alive: {head}"
     );
     // The connection made with the old pair gets its answer, and is closed after it: the
@@ -683,16 +718,14 @@ async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_older_con
     let (status, head, _) = ask_with_head(&mut before, "GET", "/healthz", "").await;
     assert_eq!(status, 200);
     assert!(
-        head.to_ascii_lowercase().contains("connection: close"),
+        closes(&head),
         "the connection opened before the rotation is closed after its answer: {head}"
     );
     assert_eq!(
         before.get_ref().1.peer_certificates().unwrap()[0].to_vec(),
         a
     );
-    let mut rest = Vec::new();
-    let closed = tokio::time::timeout(ANSWER, before.read_to_end(&mut rest)).await;
-    assert!(matches!(closed, Ok(Ok(0))), "{closed:?}");
+    closed(&mut before).await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -714,19 +747,9 @@ async fn sigterm_lets_the_review_in_flight_finish_refuses_new_connections_and_ex
         .await
     });
     webhook.log.wait_for("review started").await;
-    let pid = webhook.child.id().expect("running").to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    webhook.terminate();
     webhook.log.wait_for("shutting down").await;
-    let refused = tokio::net::TcpStream::connect(&webhook.addr).await;
-    assert_eq!(
-        refused.as_ref().err().map(std::io::Error::kind),
-        Some(std::io::ErrorKind::ConnectionRefused),
-        "a connection after SIGTERM: {refused:?}"
-    );
+    refused(&webhook.addr, "after SIGTERM").await;
     let (status, answer) = tokio::time::timeout(ANSWER, in_flight)
         .await
         .unwrap_or_else(|_| panic!("the review in flight got no answer within {ANSWER:?}"))
@@ -776,55 +799,31 @@ async fn sigterm_with_a_drain_delay_answers_on_closing_each_connection_then_stop
     let (mut kept, _) = connect(&webhook.addr).await;
     let (status, head, _) = ask_with_head(&mut kept, "GET", "/readyz", "").await;
     assert_eq!(status, 200);
-    assert!(
-        !head.to_ascii_lowercase().contains("connection: close"),
-        "{head}"
-    );
+    assert!(!closes(&head), "{head}");
 
-    let pid = webhook.child.id().expect("running").to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    webhook.terminate();
     webhook.log.wait_for("draining").await;
 
     // The kept-alive connection: its next review is answered, and closes it.
     let review = fixture("admission_review_legacy_bare_pod_create.json");
     let (status, head, body) = ask_with_head(&mut kept, "POST", "/mutate", &review).await;
     assert_eq!(status, 200, "{body}");
-    assert!(
-        head.to_ascii_lowercase().contains("connection: close"),
-        "{head}"
-    );
+    assert!(closes(&head), "{head}");
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["response"]["uid"], LEGACY_UID, "{answer}");
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
-    let mut rest = Vec::new();
-    let closed = tokio::time::timeout(ANSWER, kept.read_to_end(&mut rest)).await;
-    assert!(
-        matches!(closed, Ok(Ok(0))),
-        "the connection stays open after an answer that closes it: {closed:?}"
-    );
+    closed(&mut kept).await;
 
     // A new connection is still accepted: not ready, and closed after the answer.
     let (mut late, _) = connect(&webhook.addr).await;
     let (status, head, body) = ask_with_head(&mut late, "GET", "/readyz", "").await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("shutting down"), "{body}");
-    assert!(
-        head.to_ascii_lowercase().contains("connection: close"),
-        "{head}"
-    );
+    assert!(closes(&head), "{head}");
 
     // The drain over: the listener is closed, and the process exits 0.
     webhook.log.wait_for("shutting down").await;
-    let refused = tokio::net::TcpStream::connect(&webhook.addr).await;
-    assert_eq!(
-        refused.as_ref().err().map(std::io::Error::kind),
-        Some(std::io::ErrorKind::ConnectionRefused),
-        "a connection after the drain: {refused:?}"
-    );
+    refused(&webhook.addr, "after the drain").await;
     let exit = tokio::time::timeout(ANSWER, webhook.child.wait())
         .await
         .unwrap_or_else(|_| panic!("the webhook did not exit within {ANSWER:?} of the drain"))

@@ -730,25 +730,7 @@ impl Webhook {
     /// One raw HTTPS request, the answer's status line and body.
     pub async fn post(&self, body: &str) -> (String, String) {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        use tokio_rustls::rustls;
-        let mut roots = rustls::RootCertStore::empty();
-        let ca = std::fs::read(cluster_dir().join("webhook/ca.crt")).unwrap();
-        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .unwrap();
+        let mut tls = tls_session(&self.addr, &cluster_dir().join("webhook/ca.crt")).await;
         let request = format!(
             "POST /mutate HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             self.addr,
@@ -828,6 +810,33 @@ impl Drop for Webhook {
         eprintln!("the webhook did not stop within 30 s of its stdin closing");
         let _ = self.child.kill();
     }
+}
+
+/// A TLS session with the server at `addr` (127.0.0.1), its certificate verified against the
+/// CA certificates of the PEM file `ca`.
+pub async fn tls_session(
+    addr: &str,
+    ca: &std::path::Path,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = std::fs::read(ca).unwrap();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("a TLS session verified against the CA")
 }
 
 /// The name of the webhook configurations that send a scenario's namespace to the policy.
