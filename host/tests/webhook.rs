@@ -255,6 +255,10 @@ async fn ask_with_head(
             body.len()
         );
         session.write_all(request.as_bytes()).await.unwrap();
+        // tokio-rustls's write may leave the last records in rustls's buffer when the socket
+        // is full; only a flush sends them. Without it a large body's tail waited there while
+        // this side waited for the answer (a hang under load).
+        session.flush().await.unwrap();
         let mut answer = Vec::new();
         let mut buffer = [0u8; 4096];
         loop {
@@ -319,6 +323,7 @@ async fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, Stri
             body.len()
         );
         tls.write_all(request.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
         let mut answer = String::new();
         tls.read_to_string(&mut answer).await.unwrap();
         answer
@@ -645,8 +650,8 @@ async fn a_body_of_7_mib_is_reviewed_and_a_longer_one_refused_under_its_uid() {
 /// handshake on, without a restart; a connection opened before gets its next answer and is
 /// closed after it, so that the client verifies the new certificate. A pair that does not load
 /// on the way (a certificate half written, a key of another certificate) keeps the previous one
-/// served, with a warning naming the flag, the file and the problem. The files are compared on every handshake, so the handshake right
-/// after a change already sees it: no polling.
+/// served, with a warning naming the flag, the file and the problem. The files are compared on
+/// every handshake, so the handshake right after a change already sees it: no polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_serving_pair_is_served_from_the_next_handshake_and_older_connections_close_after_their_answer()
  {
