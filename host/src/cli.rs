@@ -23,8 +23,8 @@ with the current selector on the same NodePort once its pod is gone.
 The cluster is reached the usual way: --kubeconfig, else KUBECONFIG, else ~/.kube/config, else the
 in-cluster service account; --context picks a context. Configuration comes from --config FILE
 (YAML or JSON: namespace, project, hostname, port or proxy_jump{hostname,port}, cpu, memory, image,
-ssh_public_key, node_selector, tolerations, gpu_tolerations, policy_settings) and flags, flags
-winning. Users' keys (`jumppod keys`) live in a Secret the pod mounts, so a replaced pod keeps them.";
+ssh_public_key, node_selector, tolerations, gpu_tolerations, policy_settings,
+session_drain_seconds) and flags, flags winning. Users' keys (`jumppod keys`) live in a Secret the pod mounts, so a replaced pod keeps them.";
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -254,8 +254,8 @@ pub enum Command {
 /// `jumppod run`.
 #[derive(Args, Clone)]
 pub struct RunArgs {
-    /// YAML or JSON file: the cpu, memory, image, node_selector, tolerations, gpu_tolerations
-    /// and policy_settings the ReplicaSets should have (drift from them is reported), and the
+    /// YAML or JSON file: the cpu, memory, image, node_selector, tolerations, gpu_tolerations,
+    /// session_drain_seconds and policy_settings the ReplicaSets should have (drift from them is reported), and the
     /// namespace to watch. Per-project values (project, port, hostname, ssh_public_key) are
     /// refused: every project is watched, and each Service keeps its NodePort.
     #[arg(long, short = 'f', value_name = "FILE")]
@@ -411,6 +411,10 @@ pub struct Target {
     /// Settings of the cluster's jumppod policy, as JSON (or @FILE).
     #[arg(long, value_name = "JSON")]
     pub policy_settings: Option<String>,
+    /// How long SSH sessions open through a replaced jump pod go on after it stops accepting
+    /// new ones (then the kubelet ends the pod), in seconds [default: 300].
+    #[arg(long, value_name = "SECONDS")]
+    pub session_drain_seconds: Option<u32>,
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -532,6 +536,7 @@ impl Target {
             tolerations,
             gpu_tolerations: self.gpu_tolerations,
             policy_settings,
+            session_drain_seconds: self.session_drain_seconds,
         };
         let mut merged = file.overridden_by(flags);
         // Flags for hostname/port override a file's proxy_jump block.

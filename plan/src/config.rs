@@ -15,6 +15,7 @@
 //! tolerations: [{key: dedicated, operator: Equal, value: jump, effect: NoSchedule}]
 //! gpu_tolerations: true  # tolerate nvidia.com/gpu and amd.com/gpu taints, as dstack does
 //! policy_settings: {cpu: {minimum: 100m}}
+//! session_drain_seconds: 300  # how long open SSH sessions outlive a replaced pod's listener
 //! ```
 //! Flags override the file. Every value is validated; an error names the field and the value.
 
@@ -32,6 +33,15 @@ use std::collections::BTreeMap;
 /// The taints GPU nodes carry (the NVIDIA and AMD device plugins' convention), which
 /// `gpu_tolerations` tolerates.
 pub const GPU_TAINTS: [&str; 2] = ["nvidia.com/gpu", "amd.com/gpu"];
+
+/// How long, by default, the SSH sessions of a terminating jump pod may go on after its
+/// listener closes. dstack's server reconnects its runner tunnels through the replacement at
+/// once, so they need none of it; a user's `dstack attach` lasts hours, so no period saves it.
+/// What the period is for is the copy or command in flight, minutes at most; and every drain
+/// of the pod's node waits for it (the cluster autoscaler gives a pod at most 600 s).
+pub const SESSION_DRAIN_DEFAULT: u32 = 300;
+/// The longest session drain accepted.
+pub const SESSION_DRAIN_MAX: u32 = 3600;
 
 /// dstack's `proxy_jump` block.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -77,6 +87,10 @@ pub struct RawConfig {
     /// The policy settings the cluster's Kubewarden runs the policy with.
     #[serde(default)]
     pub policy_settings: Option<Value>,
+    /// How long the SSH sessions open through a terminating jump pod may go on once its
+    /// listener has closed ([`SESSION_DRAIN_DEFAULT`]).
+    #[serde(default)]
+    pub session_drain_seconds: Option<u32>,
 }
 
 impl RawConfig {
@@ -109,6 +123,7 @@ impl RawConfig {
             tolerations: other.tolerations.or(self.tolerations),
             gpu_tolerations: other.gpu_tolerations.or(self.gpu_tolerations),
             policy_settings: other.policy_settings.or(self.policy_settings),
+            session_drain_seconds: other.session_drain_seconds.or(self.session_drain_seconds),
         }
     }
 
@@ -252,6 +267,17 @@ impl RawConfig {
             .contract()
             .map_err(|e| err("policy_settings", &policy_settings, e.to_string()))?;
 
+        let session_drain_seconds = self.session_drain_seconds.unwrap_or(SESSION_DRAIN_DEFAULT);
+        if session_drain_seconds > SESSION_DRAIN_MAX {
+            return Err(err(
+                "session_drain_seconds",
+                session_drain_seconds,
+                format!(
+                    "must be at most {SESSION_DRAIN_MAX} (an hour): every drain of the pod's node waits for it"
+                ),
+            ));
+        }
+
         Ok(Config {
             namespace,
             project,
@@ -266,6 +292,7 @@ impl RawConfig {
             tolerations,
             policy_settings,
             contract,
+            session_drain_seconds,
         })
     }
 }
@@ -288,6 +315,8 @@ pub struct Config {
     pub policy_settings: Value,
     /// The contract the policy settings configure (the ephemeral-storage request comes from it).
     pub contract: Contract,
+    /// How long open sessions outlive the listener of a terminating pod.
+    pub session_drain_seconds: u32,
 }
 
 impl Config {

@@ -33,10 +33,10 @@ pub fn keys_secret_name(name: &str) -> String {
 
 /// What the container runs, as dstack starts its jump pod: fresh host keys (the image's are
 /// removed first, because `ssh-keygen -A` only makes missing ones and a public image ships
-/// keys made when it was built: every jump pod would serve that public key), the project's keys as root's authorized keys, sshd in the
-/// foreground with key logins only (keyboard-interactive off too: with PAM it would ask for a
-/// password), local forwarding only (what a jump host needs) and
-/// errors only in its log.
+/// keys made when it was built: every jump pod would serve that public key), the project's keys
+/// as root's authorized keys, sshd in the foreground with key logins only (keyboard-interactive
+/// off too: with PAM it would ask for a password), local forwarding only (what a jump host
+/// needs) and errors only in its log.
 ///
 /// The users' keys come from the Secret mounted at [`KEYS_MOUNT`], so that a replacement pod
 /// has them from its start. They are copied into [`KEYS_FILE`] rather than read in place:
@@ -46,7 +46,25 @@ pub fn keys_secret_name(name: &str) -> String {
 /// [`KEYS_MERGE_SECONDS`], replacing the file atomically (`mv`), so a removed key stops working
 /// in the running pod too. Keys appended to `~/.ssh/authorized_keys` over SSH (what dstack
 /// does per job) keep working until the pod is replaced.
+///
+/// The end of the pod (deleted, evicted, drained, rolled): the kubelet sends SIGTERM to the
+/// container's PID 1, this shell, and SIGKILLs what is left once the pod's grace period is
+/// over. sshd does not run as PID 1 for that: its listener, told to stop, exits alone and
+/// leaves every session (a process of its own) running, but the container ends with PID 1 and
+/// takes them all. So the shell traps the signal and:
+/// 1. keeps the listener open for [`HANDOVER_SECONDS`] (the handover). A terminating pod that
+///    still passes its readiness probe stays a *serving* endpoint, which kube-proxy uses only
+///    while the Service has no ready one (KEP-1669): so a connection is accepted here while the
+///    replacement starts, and while the endpoints' change reaches every node's kube-proxy;
+/// 2. stops the listener (new connections go to the replacement; the probe fails);
+/// 3. waits for the sessions (every process left whose name starts with `sshd`) to end, checked
+///    each second; the kubelet ends those still open when the grace period, the handover plus
+///    the configured session drain, runs out.
+///
+/// If sshd exits on its own, the container exits with its status and the kubelet restarts it.
 pub const SSHD_SCRIPT: &str = r#"set -e
+terminating=
+trap 'terminating=1' TERM
 rm -f /etc/ssh/ssh_host_*
 ssh-keygen -A
 mkdir -p /root/.ssh /etc/ssh/jumppod
@@ -62,8 +80,37 @@ merge() {
 }
 merge
 (set +e; while sleep 10; do merge; done) &
-exec /usr/sbin/sshd -D -e -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -o AllowTcpForwarding=local -o LogLevel=ERROR -o "AuthorizedKeysFile=.ssh/authorized_keys /etc/ssh/jumppod/authorized_keys"
+/usr/sbin/sshd -D -e -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -o AllowTcpForwarding=local -o LogLevel=ERROR -o "AuthorizedKeysFile=.ssh/authorized_keys /etc/ssh/jumppod/authorized_keys" &
+listener=$!
+status=0
+while [ -z "$terminating" ]; do
+  wait "$listener" && status=0 || status=$?
+  if [ -z "$terminating" ]; then exit "$status"; fi
+done
+echo "jumppod: terminating: accepting for 20 s more, then sessions only" >&2
+sleep 20 || true
+kill -TERM "$listener" 2>/dev/null || true
+wait "$listener" || true
+sessions() {
+  for comm in /proc/[0-9]*/comm; do
+    read -r process 2>/dev/null < "$comm" || continue
+    case "$process" in sshd*) return 0 ;; esac
+  done
+  return 1
+}
+while sessions; do sleep 1; done
+echo "jumppod: terminating: no session left" >&2
 "#;
+
+/// How long a terminating jump pod still accepts new connections (see [`SSHD_SCRIPT`]): a
+/// replacement's start on these nodes took 1.3-15.5 s, and kube-proxy applies an endpoints'
+/// change within a second or two.
+pub const HANDOVER_SECONDS: u32 = 20;
+
+/// The pod's grace period: the handover, then the configured session drain.
+pub fn grace_period_seconds(config: &Config) -> i64 {
+    i64::from(HANDOVER_SECONDS) + i64::from(config.session_drain_seconds)
+}
 
 /// The three objects of one project's jump pod, built once from the configuration: the planner
 /// compares what it observes with these, and the executor writes them.
@@ -160,7 +207,9 @@ fn pod_spec(config: &Config) -> PodSpec {
                     port: IntOrString::Int(schema::SSH_PORT),
                     host: None,
                 }),
-                period_seconds: Some(10),
+                // A replacement is an endpoint within 2 s of sshd listening: the handover of
+                // the pod it replaces is bounded ([`HANDOVER_SECONDS`]).
+                period_seconds: Some(2),
                 ..Probe::default()
             }),
             resources: Some(resources(config)),
@@ -185,6 +234,7 @@ fn pod_spec(config: &Config) -> PodSpec {
             ..Volume::default()
         }]),
         restart_policy: Some("Always".into()),
+        termination_grace_period_seconds: Some(grace_period_seconds(config)),
         node_selector: (!config.node_selector.is_empty()).then(|| config.node_selector.clone()),
         tolerations: (!config.tolerations.is_empty()).then(|| config.tolerations.clone()),
         ..PodSpec::default()
@@ -282,7 +332,18 @@ mod tests {
             removed.is_some() && removed < made,
             "the image's host keys are removed before ssh-keygen -A: {script}"
         );
+        assert!(
+            script.contains(&format!("sleep {HANDOVER_SECONDS} ")),
+            "the handover is HANDOVER_SECONDS long: {script}"
+        );
+        assert!(
+            !script.contains("exec /usr/sbin/sshd"),
+            "sshd is not PID 1: the shell must outlive its listener for the sessions"
+        );
+        assert_eq!(spec.termination_grace_period_seconds, Some(20 + 300));
         for part in [
+            "trap 'terminating=1' TERM",
+            "kill -TERM \"$listener\"",
             "ssh-keygen -A",
             "PasswordAuthentication=no",
             "AllowTcpForwarding=local",

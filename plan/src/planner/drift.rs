@@ -121,11 +121,30 @@ pub fn drift(config: &Config, desired: &Desired, rs: &ReplicaSet) -> Option<Find
                 "name": container_name,
                 "command": wanted_c.command,
                 "volumeMounts": wanted_c.volume_mounts,
+                "readinessProbe": wanted_c.readiness_probe,
             }],
         }}}});
         commands.push(format!(
             "kubectl -n {ns} patch replicaset {name} --type strategic -p {}",
             shell_quote(&patch.to_string())
+        ));
+    }
+    if found_spec.termination_grace_period_seconds != wanted.termination_grace_period_seconds {
+        let wanted_grace = wanted.termination_grace_period_seconds.unwrap_or_default();
+        differences.push(Difference {
+            field: "terminationGracePeriodSeconds".into(),
+            // The API server defaults an unset grace period to 30.
+            found: found_spec
+                .termination_grace_period_seconds
+                .unwrap_or(30)
+                .to_string(),
+            wanted: wanted_grace.to_string(),
+        });
+        let patch = serde_json::json!({"spec": {"template": {"spec": {
+            "terminationGracePeriodSeconds": wanted_grace,
+        }}}});
+        commands.push(format!(
+            "kubectl -n {ns} patch replicaset {name} --type merge -p '{patch}'"
         ));
     }
     let found_sel = found_spec.node_selector.clone().unwrap_or_default();
@@ -199,7 +218,7 @@ fn keys_problem(
             mount(found_c).unwrap_or_else(|| "no path".into())
         ))
     } else if found_c.command != wanted_c.command {
-        Some("a start script that does not merge the Secret".into())
+        Some("an older start script (without the key merge or the session drain)".into())
     } else {
         None
     }
