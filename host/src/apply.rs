@@ -1,16 +1,18 @@
 //! The executor: sends the planned actions, nothing else. A create answered 409 AlreadyExists
 //! is a success (another host got there first); a delete answered 404 is a success; a delete
 //! whose uid precondition fails (409 Conflict: the object was replaced in between) deletes
-//! nothing and is reported. Transient errors are retried within the deadline (see `api`).
+//! nothing and is reported; a patch answered 404 is a success (what it marked is gone).
+//! Transient errors are retried within the deadline (see `api`).
 
 use crate::api::{Kube, Op, explain, is_already_exists, is_not_found, is_precondition_failed};
 use crate::error::HostError;
 use jumppod_plan::action::Action;
 use jumppod_plan::objects::{name_of, node_port};
+use jumppod_plan::surge;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use serde::Serialize;
 
 /// What happened to one action.
@@ -125,6 +127,42 @@ pub async fn apply(
                 )
                 .await?
             }
+            Action::RetirePod { name, why } => {
+                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    surge::RETIRING_ANNOTATION: why,
+                    surge::DELETION_COST_ANNOTATION: surge::RETIRING_COST,
+                }}});
+                merge_patch(
+                    kube,
+                    &api,
+                    &patch,
+                    Op::new("patch", "pods", Some(namespace), Some(name)),
+                )
+                .await?
+            }
+            Action::ScaleReplicaSet {
+                name,
+                replicas,
+                surged_from,
+                ..
+            } => {
+                let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), namespace);
+                // null removes the record (JSON merge patch, RFC 7386).
+                let patch = serde_json::json!({
+                    "metadata": {"annotations": {
+                        surge::SURGED_FROM_ANNOTATION: surged_from.map(|n| n.to_string()),
+                    }},
+                    "spec": {"replicas": replicas},
+                });
+                merge_patch(
+                    kube,
+                    &api,
+                    &patch,
+                    Op::new("patch", "replicasets", Some(namespace), Some(name)),
+                )
+                .await?
+            }
         };
         tracing::info!(%action, ?outcome, "applied");
         done.push(Applied {
@@ -177,6 +215,26 @@ where
     match kube.retry(&op, || api.create(&params, obj)).await {
         Ok(_) => Ok(ActionOutcome::Done),
         Err(e) if is_already_exists(&e) => Ok(ActionOutcome::AlreadyExisted),
+        Err(e) => Err(explain(&op, e)),
+    }
+}
+
+/// A JSON merge patch; a 404 (the pod or ReplicaSet gone meanwhile) is a success.
+async fn merge_patch<K>(
+    kube: &Kube,
+    api: &Api<K>,
+    patch: &serde_json::Value,
+    op: Op<'_>,
+) -> Result<ActionOutcome, HostError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams::default();
+    let name = op.name.unwrap_or_default();
+    let patch = Patch::Merge(patch);
+    match kube.retry(&op, || api.patch(name, &params, &patch)).await {
+        Ok(_) => Ok(ActionOutcome::Done),
+        Err(e) if is_not_found(&e) => Ok(ActionOutcome::AlreadyGone),
         Err(e) => Err(explain(&op, e)),
     }
 }

@@ -142,6 +142,7 @@ async fn further(
         looked_further: true,
         bare_pod,
         pods,
+        ..Observed::default()
     })
 }
 

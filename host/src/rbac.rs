@@ -66,15 +66,16 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
-/// What `jumppod run` uses. It never creates ReplicaSets or namespaces and never reads nodes
-/// or Secrets: it watches, deletes finished pods and old Services, recreates Services, and
+/// What `jumppod run` uses. It never creates ReplicaSets or namespaces and never reads
+/// Secrets: it watches, deletes finished pods and old Services, recreates Services, surges a
+/// ReplicaSet whose pod's node goes away (patch: its replicas; the pod's retiring mark), and
 /// reports through Events (events.k8s.io, written by `controller::events`: create, then patch
-/// for a repeated event's series).
+/// for a repeated event's series). Nodes are watched cluster-wide, whatever namespaces are.
 pub const CONTROLLER_RULES: &[Rule] = &[
     Rule {
         group: "apps",
         resource: "replicasets",
-        verbs: &["list", "watch"],
+        verbs: &["list", "watch", "patch"],
         cluster: false,
     },
     Rule {
@@ -86,7 +87,7 @@ pub const CONTROLLER_RULES: &[Rule] = &[
     Rule {
         group: "",
         resource: "pods",
-        verbs: &["list", "watch", "delete"],
+        verbs: &["list", "watch", "delete", "patch"],
         cluster: false,
     },
     Rule {
@@ -94,6 +95,12 @@ pub const CONTROLLER_RULES: &[Rule] = &[
         resource: "events",
         verbs: &["create", "patch"],
         cluster: false,
+    },
+    Rule {
+        group: "",
+        resource: "nodes",
+        verbs: &["list", "watch"],
+        cluster: true,
     },
 ];
 
@@ -187,7 +194,7 @@ pub enum Watched<'a> {
 
 /// What `jumppod rbac --controller` prints: the ServiceAccount, the rules of `jumppod run`
 /// (a Role in each namespace it watches, or for every namespace a ClusterRole), a Role for its
-/// Lease in `namespace`, and a Deployment of two replicas.
+/// Lease in `namespace`, a ClusterRole to watch nodes, and a Deployment of two replicas.
 pub fn controller_objects(
     namespace: &str,
     service_account: &str,
@@ -242,6 +249,18 @@ pub fn controller_objects(
     let mut namespaced = if own_watched { rules } else { Vec::new() };
     namespaced.extend(lease_rules(LEASE_NAME));
     objects.extend(role(namespace, namespaced));
+    // Nodes are cluster-scoped: whatever the namespaces, a ClusterRole of their own.
+    let nodes_name = format!("jumppod-controller-nodes-{namespace}-{service_account}");
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": nodes_name}, "rules": rules_json(CONTROLLER_RULES, true),
+    }));
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": nodes_name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": nodes_name},
+        "subjects": subject,
+    }));
     let mut args = vec![json!("run")];
     match watched {
         Watched::Own => args.extend([json!("--namespace"), json!(namespace)]),
@@ -340,6 +359,11 @@ mod tests {
         assert_eq!(text.matches("patch").count(), 1, "{text}");
     }
 
+    /// The controller's rules that go in a Role (or, with `-A`, in the watch ClusterRole).
+    fn namespaced_rules() -> usize {
+        CONTROLLER_RULES.iter().filter(|r| !r.cluster).count()
+    }
+
     #[test]
     fn the_controller_watches_but_never_creates_replicasets_and_keeps_its_lease_at_home() {
         let objects = controller_objects("ops", "jumppod", Watched::Own, "img");
@@ -349,12 +373,25 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            ["ServiceAccount", "Role", "RoleBinding", "Deployment"]
+            [
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Deployment"
+            ]
         );
         let rules = &objects[1]["rules"];
+        // patch: a surge's replicas, never the template.
         assert_eq!(
             rules[0],
-            json!({"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list", "watch"]})
+            json!({"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list", "watch", "patch"]})
+        );
+        // Whatever the namespaces, nodes in a ClusterRole of their own, read only.
+        assert_eq!(
+            objects[3]["rules"],
+            json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}])
         );
         assert_eq!(
             rules.as_array().unwrap().last().unwrap(),
@@ -362,7 +399,7 @@ mod tests {
                     "resourceNames": ["jumppod"], "verbs": ["get", "update"]})
         );
         assert_eq!(
-            objects[3]["spec"]["template"]["spec"]["containers"][0]["args"],
+            objects[5]["spec"]["template"]["spec"]["containers"][0]["args"],
             json!(["run", "--namespace", "ops", "--listen", "0.0.0.0:8080"])
         );
     }
@@ -390,12 +427,14 @@ mod tests {
                 ("RoleBinding", "dstack-staging"),
                 ("Role", "ops"),
                 ("RoleBinding", "ops"),
+                ("ClusterRole", ""),
+                ("ClusterRoleBinding", ""),
                 ("Deployment", "ops"),
             ]
         );
         assert_eq!(
             objects[1]["rules"].as_array().unwrap().len(),
-            CONTROLLER_RULES.len()
+            namespaced_rules()
         );
         assert_eq!(objects[5]["rules"], json!(lease_rules(LEASE_NAME)));
         assert_eq!(
@@ -403,7 +442,7 @@ mod tests {
             json!([{"kind": "ServiceAccount", "name": "jumppod", "namespace": "ops"}])
         );
         assert_eq!(
-            objects[7]["spec"]["template"]["spec"]["containers"][0]["args"],
+            objects[9]["spec"]["template"]["spec"]["containers"][0]["args"],
             json!([
                 "run",
                 "--namespace",
@@ -423,7 +462,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             own["rules"].as_array().unwrap().len(),
-            CONTROLLER_RULES.len() + 2
+            namespaced_rules() + 2
         );
     }
 
@@ -442,12 +481,14 @@ mod tests {
                 "ClusterRoleBinding",
                 "Role",
                 "RoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding",
                 "Deployment"
             ]
         );
         assert_eq!(
             objects[1]["rules"].as_array().unwrap().len(),
-            CONTROLLER_RULES.len()
+            namespaced_rules()
         );
         assert_eq!(
             objects[3]["rules"],

@@ -106,6 +106,8 @@ async fn rbac_for_the_controller_prints_its_deployment() {
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "Deployment"
         ]
     );

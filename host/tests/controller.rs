@@ -324,7 +324,8 @@ async fn an_old_pod_that_finishes_has_its_service_switched_on_the_same_node_port
 /// `controller.watchNamespaces`): with exactly the Roles `jumppod rbac --controller
 /// --watch-namespace` prints (one in each watched namespace, the Lease's in a third, no
 /// ClusterRole), the controller leads from its Lease at home and repairs a project in each
-/// watched namespace; every request it makes is in those three namespaces.
+/// watched namespace; every request it makes is in those three namespaces, but the one list of
+/// nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watching_two_namespaces_it_repairs_in_each_with_a_role_in_each_and_its_lease_at_home() {
     let kube = admin().await;
@@ -408,12 +409,15 @@ async fn watching_two_namespaces_it_repairs_in_each_with_a_role_in_each_and_its_
         gone(&kube, ns, &name).await;
     }
     let requests = audit.by_user(from, user);
+    // Nodes are cluster-scoped: the one request outside any namespace (this user may not list
+    // them, so the controller asks once and surges nothing).
     let elsewhere: Vec<&String> = requests
         .iter()
         .filter(|r| {
             ![home, watched[0], watched[1]]
                 .iter()
                 .any(|ns| r.contains(&format!("/namespaces/{ns}/")))
+                && !r.starts_with("list /api/v1/nodes?")
         })
         .collect();
     assert!(!requests.is_empty());
@@ -974,4 +978,161 @@ async fn the_printed_controller_manifests_pass_the_api_servers_dry_run() {
             "{stdout}"
         );
     }
+}
+
+/// Issue 34 §1, make-before-break, its mechanics on the real API server, scheduler and
+/// ReplicaSet controller (the fake kubelet plays two nodes of the test's own): the jump pod's
+/// node is cordoned, and the controller, with exactly the printed rules (the nodes'
+/// ClusterRole too), marks the pod retiring, surges the ReplicaSet to two, and once the new pod
+/// is Ready on the other node scales it back to one; the ReplicaSet controller removes the
+/// retiring pod. Its writes are exactly those three, and the Events say what it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    let kube = admin().await;
+    let ns = "ctl-surge";
+    namespace(&kube, ns).await;
+    grant_controller_rules(ns, &["user-1"]);
+    // The nodes' ClusterRole, as printed, bound to this test's user.
+    let cluster_role: Vec<Value> =
+        rbac::controller_objects(ns, "jumppod", rbac::Watched::Own, "unused")
+            .into_iter()
+            .filter(|o| {
+                matches!(
+                    o["kind"].as_str(),
+                    Some("ClusterRole" | "ClusterRoleBinding")
+                )
+            })
+            .map(|mut o| {
+                if o.get("subjects").is_some() {
+                    o["subjects"] = json!([{"kind": "User", "name": "user-1",
+                        "apiGroup": "rbac.authorization.k8s.io"}]);
+                }
+                o
+            })
+            .collect();
+    assert_eq!(
+        cluster_role.len(),
+        2,
+        "the nodes' ClusterRole and its binding"
+    );
+    let out = kubectl_apply(&rbac::yaml_stream("test grant", &cluster_role), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Two nodes of this test's own, which only its pod tolerates.
+    let pool = "jumppod.test/pool";
+    for n in ["a", "b"] {
+        let node = jumppod_sim::NodeSpec::new(&format!("{ns}-{n}"))
+            .label(pool, ns)
+            .taint(pool, ns, "NoSchedule");
+        jumppod_testkit::cluster::played_node(&kube, ns, node.to_json()).await;
+    }
+    let placement = format!(
+        "node_selector: {{{pool}: {ns}}}\ntolerations: [{{key: {pool}, operator: Equal, value: {ns}, effect: NoSchedule}}]"
+    );
+    let config = config_for(ns, "main", &placement);
+    jumppod_host::ensure(&kube, &config, &jumppod_host::Gate::native())
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let ready = |p: &Pod| jumppod_plan::objects::is_ready(p);
+    let first = wait_for("the jump pod Ready", || async {
+        let list = pods.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|p| ready(p))
+    })
+    .await;
+    let first_name = first.metadata.name.clone().unwrap();
+    let node = first.spec.as_ref().unwrap().node_name.clone().unwrap();
+
+    let template = cluster_dir().join(format!("controller-{ns}.yaml"));
+    std::fs::write(&template, format!("{placement}\n")).unwrap();
+    let log = cluster_dir().join(format!("controller-{ns}.log"));
+    let controller = Controller::start(
+        &user_kubeconfig("user-1"),
+        &[
+            "run",
+            "-v",
+            "--namespace",
+            ns,
+            "--listen",
+            "127.0.0.1:0",
+            "-f",
+        ]
+        .into_iter()
+        .chain([template.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+        &[("RUST_LOG", RUST_LOG)],
+        Some(&log),
+    );
+    controller.leading().await;
+    let audit = audit();
+    let from = audit.mark();
+
+    Api::<Node>::all(kube.client.clone())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let second = wait_for("the retiring pod deleted and another Ready", || async {
+        let list = pods.list(&Default::default()).await.ok()?;
+        let old_going = list.items.iter().all(|p| {
+            p.metadata.name.as_deref() != Some(&first_name)
+                || p.metadata.deletion_timestamp.is_some()
+        });
+        let new = list
+            .items
+            .into_iter()
+            .find(|p| ready(p) && p.metadata.name.as_deref() != Some(&first_name))?;
+        old_going.then_some(new)
+    })
+    .await;
+    let other = second.spec.as_ref().unwrap().node_name.clone().unwrap();
+    assert_ne!(other, node, "the replacement is on the cordoned node");
+    let rs: ReplicaSet = Api::namespaced(kube.client.clone(), ns)
+        .get(&config.name)
+        .await
+        .unwrap();
+    assert_eq!(rs.spec.unwrap().replicas, Some(1));
+    assert!(
+        !rs.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION)
+    );
+
+    // Its writes: the pod's mark, the surge, the way back (and Events).
+    let writes: Vec<String> = requests_in(&audit, from, "user-1", ns)
+        .into_iter()
+        .filter(|r| is_write(r) && !r.contains("/events"))
+        .map(|r| r.split('?').next().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            format!("patch /api/v1/namespaces/{ns}/pods/{first_name}"),
+            format!(
+                "patch /apis/apps/v1/namespaces/{ns}/replicasets/{}",
+                config.name
+            ),
+            format!(
+                "patch /apis/apps/v1/namespaces/{ns}/replicasets/{}",
+                config.name
+            ),
+        ],
+        "{}",
+        controller.log()
+    );
+    for reason in ["Retiring", "SurgeStarted", "SurgeEnded"] {
+        let events = events_of(&kube, ns, &config.name, reason).await;
+        assert_eq!(events.len(), 1, "one {reason} Event: {events:?}");
+    }
+    done(&kube, ns).await;
 }

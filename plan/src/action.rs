@@ -29,6 +29,20 @@ pub enum Action {
         service: Box<Service>,
         keeps_port: Option<i32>,
     },
+    /// Marks a pod to be replaced before its node goes ([`crate::surge`]): annotated retiring,
+    /// with the lowest deletion cost. Pods of a ReplicaSet never reuse a name.
+    RetirePod {
+        name: String,
+        why: String,
+    },
+    /// Sets a ReplicaSet's replicas; `surged_from`: the count before a surge, recorded on it
+    /// (None: the record removed).
+    ScaleReplicaSet {
+        name: String,
+        replicas: i32,
+        surged_from: Option<i32>,
+        why: String,
+    },
 }
 
 impl fmt::Display for Action {
@@ -55,6 +69,13 @@ impl fmt::Display for Action {
                     (None, None) => write!(f, " (NodePort allocated by the cluster)"),
                 }
             }
+            Action::RetirePod { name, why } => write!(f, "mark pod {name} retiring ({why})"),
+            Action::ScaleReplicaSet {
+                name,
+                replicas,
+                why,
+                ..
+            } => write!(f, "scale replicaset {name} to {replicas} ({why})"),
         }
     }
 }
@@ -311,6 +332,17 @@ enum ActionRecord<'a> {
         node_port: Option<i32>,
         keeps_port: Option<i32>,
     },
+    RetirePod {
+        name: &'a str,
+        why: &'a str,
+    },
+    #[serde(rename_all = "camelCase")]
+    ScaleReplicaSet {
+        name: &'a str,
+        replicas: i32,
+        surged_from: Option<i32>,
+        why: &'a str,
+    },
 }
 
 impl Serialize for Action {
@@ -333,6 +365,18 @@ impl Serialize for Action {
                 name: name_of(&service.metadata),
                 node_port: node_port(service),
                 keeps_port: *keeps_port,
+            },
+            Action::RetirePod { name, why } => ActionRecord::RetirePod { name, why },
+            Action::ScaleReplicaSet {
+                name,
+                replicas,
+                surged_from,
+                why,
+            } => ActionRecord::ScaleReplicaSet {
+                name,
+                replicas: *replicas,
+                surged_from: *surged_from,
+                why,
             },
         };
         record.serialize(serializer)

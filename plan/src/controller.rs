@@ -12,6 +12,7 @@ use crate::config::{ConfigError, RawConfig};
 use crate::manifest::Desired;
 use crate::objects::{is_ready, name_of, node_port};
 use crate::planner::{self, Observed};
+use crate::surge;
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
@@ -114,6 +115,8 @@ pub fn observed<'a>(
         looked_further: true,
         bare_pod,
         pods: instance_pods,
+        // Filled by the caller that watches nodes.
+        leaving_nodes: BTreeMap::new(),
     }
 }
 
@@ -180,15 +183,25 @@ pub fn decide(
     let desired = Desired::from_config(&config);
     let plan = planner::plan(&config, &desired, observed);
     let has_rs = observed.replicaset.is_some();
-    let actions: Vec<Action> = plan
+    let mut actions: Vec<Action> = plan
         .actions
         .into_iter()
         .filter(|a| match a {
             Action::CreateNamespace(_) | Action::CreateReplicaSet(_) => false,
             Action::DeletePod { .. } => true,
             Action::DeleteService { .. } | Action::CreateService { .. } => has_rs,
+            Action::RetirePod { .. } | Action::ScaleReplicaSet { .. } => true,
         })
         .collect();
+    // Only a ReplicaSet of the current schema is surged (a foreign one is reported instead).
+    if let Some(rs) = &observed.replicaset
+        && !plan
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::ForeignReplicaSet { .. }))
+    {
+        actions.extend(surge::decide(rs, &observed.pods, &observed.leaving_nodes));
+    }
     let state = state_of(observed, &plan.findings);
     Ok(Decision {
         actions,
@@ -347,6 +360,12 @@ pub fn applied_note(action: &Action) -> Note {
         } => "ServiceRecreated",
         Action::CreateService { .. } => "ServiceCreated",
         Action::CreateNamespace(_) | Action::CreateReplicaSet(_) => "Created",
+        Action::RetirePod { .. } => "Retiring",
+        Action::ScaleReplicaSet {
+            surged_from: Some(_),
+            ..
+        } => "SurgeStarted",
+        Action::ScaleReplicaSet { .. } => "SurgeEnded",
     };
     note(Severity::Normal, reason, format!("{action}"))
 }
@@ -420,10 +439,17 @@ pub fn regarding(observed: &Observed) -> Option<ObjectReference> {
     }
 }
 
-/// What the cache keeps of a pod: the planner reads its metadata and status, never its spec
-/// (the largest part). Managed fields go from every cached object.
+/// What the cache keeps of a pod: the planner reads its metadata and status, and of its spec
+/// (the largest part) only the node. Managed fields go from every cached object.
 pub fn slim_pod(pod: &mut Pod) {
-    pod.spec = None;
+    // The node alone: the surge asks whether it is going away.
+    pod.spec = pod
+        .spec
+        .take()
+        .map(|spec| k8s_openapi::api::core::v1::PodSpec {
+            node_name: spec.node_name,
+            ..Default::default()
+        });
     pod.metadata.managed_fields = None;
     if let Some(a) = pod.metadata.annotations.as_mut() {
         a.retain(|k, _| k.starts_with("jumppod."));

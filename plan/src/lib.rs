@@ -13,6 +13,7 @@
 //! - [`findings`]: what the scheduler, the ReplicaSet controller and the kubelet report;
 //! - [`planner`]: observed objects in, a plan out (and drift of the template);
 //! - [`keys`]: the Secret of users' keys: the one write a change needs;
+//! - [`surge`]: a pod on a node going away replaced before it goes;
 //! - [`controller`]: `jumppod run`'s decisions per project;
 //! - [`lease`]: the leader election's step (client-go's semantics).
 
@@ -27,6 +28,7 @@ pub mod manifest;
 pub mod objects;
 pub mod planner;
 pub mod public_key;
+pub mod surge;
 
 pub use config::{Config, RawConfig};
 pub use error::ConfigError;

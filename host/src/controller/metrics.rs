@@ -73,7 +73,7 @@ impl Metrics {
         let actions = Family::<ActionLabel, Counter>::default();
         registry.register(
             "actions",
-            "Writes made, by kind (delete-pod, delete-service, create-service)",
+            "Writes made, by kind (delete-pod, delete-service, create-service, retire-pod, scale-replicaset)",
             actions.clone(),
         );
         let events = Counter::default();

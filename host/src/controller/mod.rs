@@ -273,7 +273,9 @@ async fn control(
     fence: Fence,
 ) -> Result<(), HostError> {
     let write = fence.guard(clients.write.clone());
-    let (caches, streams) = watches::start(&clients.watch, options.namespaces.as_deref());
+    let watch_nodes = watches::may_watch_nodes(&clients.watch).await;
+    let (caches, streams) =
+        watches::start(&clients.watch, options.namespaces.as_deref(), watch_nodes);
     let (tx, rx) = mpsc::unbounded_channel();
     let forward = {
         let tx = tx.clone();

@@ -135,6 +135,11 @@ pub(super) async fn work(
                 match trigger {
                     Trigger::Project(key) => queue.enqueue(key, false),
                     Trigger::Retry(key) => queue.enqueue(key, true),
+                    Trigger::Node(node) => {
+                        for key in ctx.caches.on_node(&node) {
+                            queue.enqueue(key, false);
+                        }
+                    }
                     Trigger::All => {
                         for key in projects.relisted(ctx.caches.keys()) {
                             queue.enqueue(key, false);

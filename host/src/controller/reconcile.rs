@@ -72,6 +72,8 @@ pub(super) async fn reconcile(
                         jumppod_plan::action::Action::DeletePod { .. } => "delete-pod",
                         jumppod_plan::action::Action::DeleteService { .. } => "delete-service",
                         jumppod_plan::action::Action::CreateService { .. } => "create-service",
+                        jumppod_plan::action::Action::RetirePod { .. } => "retire-pod",
+                        jumppod_plan::action::Action::ScaleReplicaSet { .. } => "scale-replicaset",
                         _ => "other",
                     },
                 })

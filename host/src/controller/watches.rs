@@ -1,16 +1,18 @@
 //! The three watches (ReplicaSets and pods carrying `app.kubernetes.io/name`, Services) of
 //! each watched namespace, or of every namespace, and the caches they fill; each change names
-//! the projects it concerns.
+//! the projects it concerns. Beside them, when RBAC allows it, a watch of the nodes: a node
+//! that starts or stops going away (cordoned, tainted for removal) names the projects with a
+//! pod on it.
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use jumppod_plan::controller::{self as decisions, ProjectKey};
 use jumppod_plan::planner::Observed;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Objects per page of a watch's initial list.
 const LIST_PAGE: u32 = 100;
@@ -20,6 +22,7 @@ const LIST_PAGE: u32 = 100;
 pub(super) fn start(
     client: &Client,
     namespaces: Option<&[String]>,
+    watch_nodes: bool,
 ) -> (
     Caches,
     impl Stream<Item = Result<Vec<Trigger>, watcher::Error>> + Send + Unpin + use<>,
@@ -28,14 +31,103 @@ pub(super) fn start(
         Some(list) => list.iter().map(|ns| Some(ns.as_str())).collect(),
         None => vec![None],
     };
-    let mut caches = Caches { scopes: Vec::new() };
+    let mut caches = Caches {
+        scopes: Vec::new(),
+        nodes: None,
+    };
     let mut streams = Vec::new();
     for ns in scopes {
         let (scope, stream) = start_scope(client, ns);
         caches.scopes.push(scope);
         streams.push(stream);
     }
+    if watch_nodes {
+        let (nodes, stream) = start_nodes(client);
+        caches.nodes = Some(nodes);
+        streams.push(stream);
+    }
     (caches, futures::stream::select_all(streams))
+}
+
+/// Whether the controller may watch nodes (a ClusterRole `jumppod rbac --controller` prints):
+/// without it, nothing is surged, and it says so once.
+pub(super) async fn may_watch_nodes(client: &Client) -> bool {
+    let api: Api<Node> = Api::all(client.clone());
+    match api
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => true,
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            tracing::warn!(
+                "cannot list nodes (forbidden): a jump pod on a cordoned node is not replaced \
+                 before it goes; grant the ClusterRole `jumppod rbac --controller` prints"
+            );
+            false
+        }
+        Err(e) => {
+            // Another failure is the API's, not RBAC's: the watch retries it.
+            tracing::warn!(error = %e, "cannot list nodes yet; watching them all the same");
+            true
+        }
+    }
+}
+
+/// The watch of every node, slimmed to what says it is going away; a change of that names the
+/// node, whose projects are found in the pod caches.
+fn start_nodes(
+    client: &Client,
+) -> (
+    Store<Node>,
+    futures::stream::BoxStream<'static, Result<Vec<Trigger>, watcher::Error>>,
+) {
+    let (nodes, writer) = reflector::store();
+    let config = watcher::Config::default().page_size(LIST_PAGE);
+    let events = watcher(Api::<Node>::all(client.clone()), config)
+        .default_backoff()
+        .map_ok(|event| event.modify(slim_node));
+    // A node's status changes every few minutes: only a change of whether it is going away
+    // makes a reconcile.
+    let mut seen: HashMap<String, Option<String>> = HashMap::new();
+    let stream = reflector::reflector(writer, events).map_ok(move |event| match event {
+        watcher::Event::Apply(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let now = jumppod_plan::surge::leaving(&node);
+            match seen.insert(name.clone(), now.clone()) {
+                Some(before) if before == now => Vec::new(),
+                _ => vec![Trigger::Node(name)],
+            }
+        }
+        watcher::Event::Delete(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            seen.remove(&name);
+            vec![Trigger::Node(name)]
+        }
+        watcher::Event::InitApply(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            seen.insert(name, jumppod_plan::surge::leaving(&node));
+            Vec::new()
+        }
+        watcher::Event::InitDone => vec![Trigger::All],
+        watcher::Event::Init => Vec::new(),
+    });
+    (nodes, stream.boxed())
+}
+
+/// Of a node, what [`jumppod_plan::surge::leaving`] reads: its name, `unschedulable` and taints.
+fn slim_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    node.metadata.annotations = None;
+    node.metadata.labels = None;
+    node.status = None;
+    node.spec = node
+        .spec
+        .take()
+        .map(|spec| k8s_openapi::api::core::v1::NodeSpec {
+            unschedulable: spec.unschedulable,
+            taints: spec.taints,
+            ..Default::default()
+        });
 }
 
 /// The three watches of one namespace (or of every one).
@@ -98,12 +190,16 @@ pub(super) enum Trigger {
     All,
     /// A failing project's backoff is over.
     Retry(ProjectKey),
+    /// A node started or stopped going away: the projects with a pod on it.
+    Node(String),
 }
 
 /// The caches the watches fill, one set per watched namespace (or one for every namespace).
 #[derive(Clone)]
 pub(super) struct Caches {
     scopes: Vec<Scope>,
+    /// Every node, when RBAC allows watching them.
+    nodes: Option<Store<Node>>,
 }
 
 /// The caches of one namespace (None: of every namespace).
@@ -125,6 +221,23 @@ impl Caches {
                 scope.pods.wait_until_ready()
             );
         }
+        if let Some(nodes) = &self.nodes {
+            let _ = nodes.wait_until_ready().await;
+        }
+    }
+
+    /// The projects with a pod on `node`.
+    pub(super) fn on_node(&self, node: &str) -> BTreeSet<ProjectKey> {
+        let mut keys = BTreeSet::new();
+        for scope in &self.scopes {
+            for pod in scope.pods.state() {
+                let on = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                if on == Some(node) {
+                    keys.extend(ProjectKey::of_pod(&pod));
+                }
+            }
+        }
+        keys
     }
 
     /// How many ReplicaSets, Services and pods are cached.
@@ -164,7 +277,23 @@ impl Caches {
                     .state_filter(|p| p.metadata.namespace.as_deref() == Some(&key.namespace))
             })
             .unwrap_or_default();
-        decisions::observed(key, rs, svc, pods.iter().map(|p| p.as_ref()))
+        let mut observed = decisions::observed(key, rs, svc, pods.iter().map(|p| p.as_ref()));
+        observed.leaving_nodes = self.leaving(&observed.pods);
+        observed
+    }
+
+    /// The nodes of `pods` that are going away, and why.
+    fn leaving(&self, pods: &[Pod]) -> BTreeMap<String, String> {
+        let Some(nodes) = &self.nodes else {
+            return BTreeMap::new();
+        };
+        pods.iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+            .filter_map(|name| {
+                let node = nodes.get(&ObjectRef::new(name))?;
+                Some((name.to_owned(), jumppod_plan::surge::leaving(&node)?))
+            })
+            .collect()
     }
 
     pub(super) fn keys(&self) -> BTreeSet<ProjectKey> {

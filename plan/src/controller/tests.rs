@@ -195,11 +195,21 @@ fn node_port_changes(
 }
 
 #[test]
-fn the_cache_keeps_no_pod_spec_and_no_managed_fields() {
+fn the_cache_keeps_of_a_pod_spec_only_its_node_and_no_managed_fields() {
     let mut pod = ready_pod();
     pod.metadata.managed_fields = Some(vec![Default::default()]);
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.node_name = Some("node-a".into());
+    spec.containers = vec![Default::default()];
     slim_pod(&mut pod);
-    assert!(pod.spec.is_none() && pod.metadata.managed_fields.is_none());
+    assert_eq!(
+        pod.spec,
+        Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: Some("node-a".into()),
+            ..Default::default()
+        })
+    );
+    assert!(pod.metadata.managed_fields.is_none());
     assert_eq!(ProjectKey::of_pod(&pod), vec![key()], "what decides stays");
 }
 

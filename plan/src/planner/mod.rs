@@ -34,6 +34,7 @@ use jumppod::schema::{self, Schema};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
 
 /// What `observe` read. `looked_further` says whether the bare pod and the pods were read
 /// (they are only read when the ReplicaSet or the Service is missing or not as expected).
@@ -48,6 +49,9 @@ pub struct Observed {
     pub bare_pod: Option<Pod>,
     /// Pods labelled `app.kubernetes.io/instance=<name>`.
     pub pods: Vec<Pod>,
+    /// The nodes of those pods that are going away, and why ([`crate::surge::leaving`]): read
+    /// by the controller only, which watches nodes.
+    pub leaving_nodes: BTreeMap<String, String>,
 }
 
 /// The planner's answer.
@@ -306,7 +310,6 @@ mod tests {
     use super::*;
     use crate::planner::fixtures::*;
     use rstest::rstest;
-    use std::collections::BTreeMap;
 
     fn kinds(plan: &Plan) -> Vec<String> {
         plan.actions
@@ -319,6 +322,7 @@ mod tests {
                 Action::CreateService { service, .. } => {
                     format!("create service on {:?}", node_port(service))
                 }
+                other => other.to_string(),
             })
             .collect()
     }
