@@ -452,7 +452,8 @@ pub fn slim_pod(pod: &mut Pod) {
         });
     pod.metadata.managed_fields = None;
     if let Some(a) = pod.metadata.annotations.as_mut() {
-        a.retain(|k, _| k.starts_with("jumppod."));
+        // jumppod's own, and the deletion cost the surge reads beside its retiring mark.
+        a.retain(|k, _| k.starts_with("jumppod.") || k == surge::DELETION_COST_ANNOTATION);
     }
 }
 

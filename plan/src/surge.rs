@@ -84,11 +84,21 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>)
     let mut actions = Vec::new();
     let mut retiring = 0;
     let mut ready_elsewhere = 0;
+    let mut unpriced = false;
     for pod in pods.iter().filter(|p| is_active(p)) {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         let going = node.and_then(|n| leaving.get(n).map(|why| (n, why)));
-        if annotation(&pod.metadata, RETIRING_ANNOTATION).is_some() {
+        if let Some(why) = annotation(&pod.metadata, RETIRING_ANNOTATION) {
             retiring += 1;
+            // Marked by hand, without the cost: without it the ReplicaSet would delete the
+            // replacement (the pod Ready the shortest time) when it scales back.
+            if annotation(&pod.metadata, DELETION_COST_ANNOTATION) != Some(RETIRING_COST) {
+                unpriced = true;
+                actions.push(Action::RetirePod {
+                    name: name_of(&pod.metadata).to_owned(),
+                    why: why.to_owned(),
+                });
+            }
         } else if let Some((node, why)) = going {
             // A pod not Ready there serves nobody, and the ReplicaSet removes it before any
             // Ready one when it scales back: it needs no mark.
@@ -104,7 +114,9 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>)
         }
     }
     if retiring > 0 {
-        let (target, why) = if ready_elsewhere >= base {
+        // Back only once every retiring pod has the lowest cost (this round's marks are
+        // written before the scale, but the cache shows them only on the next reconcile).
+        let (target, why) = if ready_elsewhere >= base && !unpriced {
             (base, "the replacement is Ready: the retiring pod goes")
         } else {
             (
@@ -113,7 +125,9 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>)
             )
         };
         let record = (target > base).then_some(base);
-        if target != replicas || record != surged_from {
+        // Not while a replacement is Ready and waits only for the marks: no surge beyond it.
+        let waiting_for_marks = unpriced && ready_elsewhere >= base;
+        if (target != replicas || record != surged_from) && !waiting_for_marks {
             actions.push(Action::ScaleReplicaSet {
                 name: name.to_owned(),
                 replicas: target,
@@ -157,7 +171,10 @@ mod tests {
     fn pod(name: &str, node: &str, ready: bool, retiring: bool, terminating: bool) -> Pod {
         let mut meta = json!({"name": name});
         if retiring {
-            meta["annotations"] = json!({RETIRING_ANNOTATION: "its node a is cordoned"});
+            meta["annotations"] = json!({
+                RETIRING_ANNOTATION: "its node a is cordoned",
+                DELETION_COST_ANNOTATION: RETIRING_COST,
+            });
         }
         if terminating {
             meta["deletionTimestamp"] = json!("2026-12-03T00:00:00Z");
@@ -272,6 +289,37 @@ mod tests {
     ) {
         let actions = decide(&rs, &pods, &cordoned(&["a"]));
         assert_eq!(outline(&actions), expected, "{actions:?}");
+    }
+
+    /// A pod an operator marked with `kubectl annotate` alone: it gets the lowest cost first,
+    /// and the ReplicaSet goes back only once it has it (without it the ReplicaSet would delete
+    /// the replacement, Ready the shortest time, and the surge would start again).
+    #[rstest]
+    #[case::before_the_surge(vec![], rs(1, None), Some((2, Some(1))))]
+    #[case::with_the_replacement_ready(vec![pod("new", "b", true, false, false)], rs(2, Some(1)), None)]
+    fn a_pod_marked_by_hand_gets_the_lowest_cost_before_the_replicaset_goes_back(
+        #[case] others: Vec<Pod>,
+        #[case] rs: ReplicaSet,
+        #[case] scaled: Option<(i32, Option<i32>)>,
+    ) {
+        let mut marked = pod("old", "b", true, true, false);
+        marked
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(DELETION_COST_ANNOTATION);
+        let pods: Vec<Pod> = std::iter::once(marked).chain(others).collect();
+        let actions = decide(&rs, &pods, &BTreeMap::new());
+        assert_eq!(
+            outline(&actions),
+            (vec!["old".to_owned()], scaled),
+            "{actions:?}"
+        );
+        assert_eq!(
+            actions[0].to_string(),
+            "mark pod old retiring (its node a is cordoned)"
+        );
     }
 
     #[test]
