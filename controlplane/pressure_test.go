@@ -41,6 +41,11 @@ func TestThePressureNodesKubeletConfigurationHasItsSoftThresholdAndTaint(t *test
 	if len(plain.EvictionSoft) != 0 || len(plain.RegisterWithTaints) != 1 {
 		t.Errorf("a plain node: evictionSoft %v, taints %v", plain.EvictionSoft, plain.RegisterWithTaints)
 	}
+	// The disk is shared with the build: image garbage collection would delete the imported
+	// pause image.
+	if gc := plain.ImageGCHighThresholdPercent; gc == nil || *gc != 100 {
+		t.Errorf("imageGCHighThresholdPercent %v, want 100 (no image garbage collection)", gc)
+	}
 }
 
 // Memory.available as the kubelet computes it (cgroup v1, as the real nodes

@@ -596,6 +596,9 @@ evictionHard:
   imagefs.available: 1Gi
   nodefs.inodesFree: 5%%
   imagefs.inodesFree: 5%%
+# For the same reason, no image garbage collection (100 turns it off): at its default 85%% of
+# the disk used it deleted the imported pause image, and every new pod failed to start.
+imageGCHighThresholdPercent: 100
 containerRuntimeEndpoint: unix://%s
 address: %s
 port: %d
