@@ -1343,3 +1343,431 @@ async fn a_users_key_added_by_the_cli_jumps_to_a_job_and_stops_once_removed() {
     let (still, still_port) = reached(kube, &config, key, None).await;
     assert_eq!((still.as_str(), still_port), (jump_pod.as_str(), port));
 }
+
+/// How long the disruption scenarios' sessions may go on once the old pod's listener has
+/// closed.
+const SESSION_DRAIN: u64 = 15;
+
+/// The disruption scenarios' project: on either real node (the pressure node too: the
+/// replacement needs the other one; the scenarios run alone, so no pressure is made there),
+/// with [`SESSION_DRAIN`]; the configuration and its file's text.
+fn disruption_config(scenario: &Scenario) -> (Config, String) {
+    let placement = Placement::either(&scenario.nodes, &pressure(), 300);
+    let text = format!(
+        "{}session_drain_seconds: {SESSION_DRAIN}\n",
+        config_text(scenario.ns, &scenario.nodes, &placement, &scenario.public)
+    );
+    let config = RawConfig::from_text(&text)
+        .unwrap()
+        .validate("default")
+        .unwrap();
+    (config, text)
+}
+
+/// Runs `kubectl` as the admin, arguments as given; its output.
+async fn kubectl(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(jumppod_testkit::cluster::admin_kubeconfig())
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("kubectl")
+}
+
+/// Undoes, when dropped, what a scenario did to a node (`kubectl` arguments), so that a failed
+/// scenario leaves both nodes schedulable for the ones after it.
+struct Restore(Vec<String>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let status = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(jumppod_testkit::cluster::admin_kubeconfig())
+            .args(&self.0)
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            eprintln!("kubectl {:?} failed: {status:?}", self.0);
+        }
+    }
+}
+
+/// An SSH session through the NodePort that prints a line every second, and when it last did.
+struct OpenSession {
+    child: tokio::process::Child,
+    last_line: tokio::task::JoinHandle<Option<Instant>>,
+}
+
+impl OpenSession {
+    /// Opened, and its first line printed.
+    async fn open(key: &Path, port: i32) -> OpenSession {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut ssh = tokio::process::Command::new("ssh");
+        ssh.arg("-i")
+            .arg(key)
+            .args(["-p", &port.to_string()])
+            .args(SSH_OPTIONS)
+            .args(["root@127.0.0.1", "while :; do echo tick; sleep 1; done"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = ssh.spawn().expect("ssh");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the session's first line within 20 s");
+        assert!(
+            matches!(first, Ok(Some(_))),
+            "the session printed nothing: {first:?}"
+        );
+        let last_line = tokio::spawn(async move {
+            let mut last = Some(Instant::now());
+            while let Ok(Some(_)) = lines.next_line().await {
+                last = Some(Instant::now());
+            }
+            last
+        });
+        OpenSession { child, last_line }
+    }
+
+    /// Once it ended (within `limit`): when it last printed.
+    async fn ended(mut self, limit: Duration) -> Instant {
+        let exit = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the session still runs after {limit:?}"));
+        eprintln!("the open session ended: {exit:?}");
+        self.last_line.await.unwrap().expect("a line")
+    }
+}
+
+/// A new SSH connection through the NodePort every 200 ms, until [`Probes::outcomes`].
+struct Probes {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Result<String, String>>>,
+}
+
+impl Probes {
+    fn start(key: &Path, port: i32) -> Probes {
+        let key = key.to_owned();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut attempts = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                tick.tick().await;
+                let key = key.clone();
+                attempts.push(tokio::spawn(
+                    async move { ssh(&key, port, "hostname").await },
+                ));
+            }
+            let mut outcomes = Vec::new();
+            for attempt in attempts {
+                outcomes.push(attempt.await.expect("an attempt's task"));
+            }
+            outcomes
+        });
+        Probes { stop, task }
+    }
+
+    /// Stops them; every connection must have been answered, some by `second`. Prints how
+    /// many each pod answered.
+    async fn none_failed(self, first: &str, second: &str) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let outcomes = self.task.await.unwrap();
+        let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+        let answered = |pod: &str| {
+            outcomes
+                .iter()
+                .filter(|o| o.as_ref().is_ok_and(|h| h == pod))
+                .count()
+        };
+        eprintln!(
+            "new connections every 200 ms: {} made, {} failed; {} answered by {first}, {} by {second}",
+            outcomes.len(),
+            failed.len(),
+            answered(first),
+            answered(second)
+        );
+        assert!(
+            failed.is_empty(),
+            "refused or failed connections: {failed:?}"
+        );
+        assert!(
+            answered(second) > 0,
+            "no connection reached the replacement"
+        );
+    }
+}
+
+/// The handover and the session drain: how long an open session outlives the start of its
+/// pod's termination.
+fn outlives() -> Duration {
+    Duration::from_secs(u64::from(jumppod_plan::manifest::HANDOVER_SECONDS) + SESSION_DRAIN)
+}
+
+/// `kubectl drain` of `node`, only the project's pods evicted (the other scenarios' pods are
+/// not there: the drain scenarios run alone); how long it took.
+async fn drain(node: &str, config: &Config) -> Duration {
+    let started = Instant::now();
+    let selector = format!(
+        "--pod-selector={}={}",
+        jumppod::schema::INSTANCE_LABEL,
+        config.name
+    );
+    let out = kubectl(&[
+        "drain",
+        node,
+        "--ignore-daemonsets",
+        "--timeout=300s",
+        &selector,
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "kubectl drain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    started.elapsed()
+}
+
+/// Issue 34 §1-3, a planned disruption with no controller running: `kubectl drain` of the jump
+/// pod's node. There is no PodDisruptionBudget, so nothing holds the drain: the eviction makes
+/// the real ReplicaSet controller start a replacement at once (on the other node: this one is
+/// cordoned). Meanwhile the old pod, terminating, keeps accepting for its handover (a serving
+/// endpoint, which kube-proxy uses while no ready one exists), then stops its listener and
+/// waits for its sessions, which the kubelet ends with the grace period. So: a new connection
+/// every 200 ms through the NodePort is never refused, a session opened before the drain
+/// answers until the handover and the session drain are over, the drain finishes when the old
+/// pod is gone, and the replacement serves on the same NodePort.
+#[tokio::test]
+async fn a_drain_without_the_controller_refuses_no_connection_and_an_open_session_lasts_the_session_drain()
+ {
+    let scenario = Scenario::alone("real-node-drain").await;
+    let Scenario { kube, ns, key, .. } = &scenario;
+    let (config, _) = disruption_config(&scenario);
+    jumppod_host::ensure(kube, &config, &Gate::native())
+        .await
+        .expect("ensure");
+    let (first, port) = reached(kube, &config, key, None).await;
+    let pods_api = Api::<Pod>::namespaced(kube.client.clone(), ns);
+    let node = node_of(&pods_api.get(&first).await.unwrap());
+    let session = OpenSession::open(key, port).await;
+    let probes = Probes::start(key, port);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let _uncordon = Restore(vec!["uncordon".into(), node.clone()]);
+    let started = Instant::now();
+    let drained = drain(&node, &config).await;
+    eprintln!("kubectl drain of {node} without the controller took {drained:?}");
+    let old = pods_api.get_opt(&first).await.unwrap();
+    assert!(old.is_none(), "{first} is still there after the drain");
+    let last = session.ended(Duration::from_secs(30)).await;
+    let lasted = last.duration_since(started);
+    eprintln!("the session opened before the drain answered for {lasted:?} after it started");
+    assert!(
+        lasted + Duration::from_secs(3) >= outlives(),
+        "the session stopped answering after {lasted:?}, before the handover and the session \
+         drain ({:?}) were over",
+        outlives()
+    );
+
+    let (second, second_port) = reached(kube, &config, key, Some(&first)).await;
+    assert_eq!(second_port, port, "the NodePort changed");
+    assert_ne!(node_of(&pods_api.get(&second).await.unwrap()), node);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    probes.none_failed(&first, &second).await;
+}
+
+/// How a node is told to go away in the surge scenarios.
+#[derive(Clone, Copy, Debug)]
+enum GoingAway {
+    /// `kubectl cordon`, what `kubectl drain` and node upgrades start with.
+    Cordon,
+    /// The cluster autoscaler's taint on a node it is about to remove (set by the test).
+    AutoscalerTaint,
+    /// Not the node: a new template (700m of cpu) applied to the ReplicaSet, and the pod
+    /// marked retiring by hand, as the operator's docs roll it.
+    Roll,
+}
+
+/// Issue 34 §1 and §3, make-before-break by the controller: `jumppod run` watches the nodes;
+/// once the jump pod's node is going away it marks the pod retiring and surges its ReplicaSet
+/// to two replicas; the scheduler puts the new pod on the other node; once it is Ready the
+/// ReplicaSet goes back to one, and the ReplicaSet controller removes the retiring pod (its
+/// deletion cost is the lowest). A new connection every 200 ms is never refused, the open
+/// session outlives the old pod's termination by the handover and the session drain, and a
+/// `kubectl drain` afterwards has nothing left to wait for but that termination.
+async fn surge_scenario(ns: &'static str, how: GoingAway) {
+    let scenario = Scenario::alone(ns).await;
+    let Scenario { kube, key, dir, .. } = &scenario;
+    let (config, text) = disruption_config(&scenario);
+    jumppod_host::ensure(kube, &config, &Gate::native())
+        .await
+        .expect("ensure");
+    let (first, port) = reached(kube, &config, key, None).await;
+    let pods_api = Api::<Pod>::namespaced(kube.client.clone(), ns);
+    let node = node_of(&pods_api.get(&first).await.unwrap());
+
+    // The controller, with the project's template (no drift), as the admin.
+    let template = dir.join("controller.yaml");
+    let per_project = ["project:", "ssh_public_key:", "hostname:", "namespace:"];
+    let template_text: String = text
+        .lines()
+        .filter(|l| !per_project.iter().any(|p| l.starts_with(p)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&template, template_text).unwrap();
+    let log = dir.join("controller.log");
+    let controller = jumppod_testkit::run::Controller::start(
+        &jumppod_testkit::cluster::admin_kubeconfig(),
+        &[
+            "run",
+            "-v",
+            "--namespace",
+            ns,
+            "--listen",
+            "127.0.0.1:0",
+            "-f",
+        ]
+        .into_iter()
+        .chain([template.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+        &[("RUST_LOG", "info")],
+        Some(&log),
+    );
+    controller.leading().await;
+
+    let session = OpenSession::open(key, port).await;
+    let probes = Probes::start(key, port);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let started = Instant::now();
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let _restore = match how {
+        GoingAway::Cordon => {
+            ok(kubectl(&["cordon", &node]).await);
+            Some(Restore(vec!["uncordon".into(), node.clone()]))
+        }
+        GoingAway::AutoscalerTaint => {
+            let taint = "ToBeDeletedByClusterAutoscaler=1733000000:NoSchedule";
+            ok(kubectl(&["taint", "nodes", &node, taint]).await);
+            Some(Restore(vec![
+                "taint".into(),
+                "nodes".into(),
+                node.clone(),
+                "ToBeDeletedByClusterAutoscaler-".into(),
+            ]))
+        }
+        GoingAway::Roll => {
+            let container = jumppod::schema::container_name(&config.name);
+            let set = [
+                "-n",
+                ns,
+                "set",
+                "resources",
+                "replicaset",
+                &config.name,
+                "-c",
+                &container,
+                "--requests=cpu=700m",
+                "--limits=cpu=700m",
+            ];
+            ok(kubectl(&set).await);
+            let mark = "jumppod.io/retiring=a new template";
+            ok(kubectl(&["-n", ns, "annotate", "pod", &first, mark]).await);
+            None
+        }
+    };
+
+    // The old pod is deleted by the ReplicaSet once its replacement is Ready elsewhere.
+    wait_for_up_to("the retiring pod deleted", POD_UP * 2, || async {
+        pods_api
+            .get_opt(&first)
+            .await
+            .unwrap()
+            .map_or(Some(()), |p| p.metadata.deletion_timestamp.map(|_| ()))
+    })
+    .await;
+    eprintln!(
+        "{how:?}: the controller replaced {first} in {:?}; controller log:\n{}",
+        started.elapsed(),
+        controller.log()
+    );
+    let rs: k8s_openapi::api::apps::v1::ReplicaSet = Api::namespaced(kube.client.clone(), ns)
+        .get(&config.name)
+        .await
+        .unwrap();
+    assert_eq!(
+        rs.spec.as_ref().and_then(|s| s.replicas),
+        Some(1),
+        "back to one replica"
+    );
+    let annotations = rs.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION),
+        "the surge's record is removed: {annotations:?}"
+    );
+    let deleted_at = Instant::now();
+
+    if let GoingAway::Cordon = how {
+        // The drain that follows has only the old pod's termination to wait for.
+        let drained = drain(&node, &config).await;
+        eprintln!("kubectl drain of {node} after the surge took {drained:?}");
+    }
+    let last = session.ended(outlives() + Duration::from_secs(30)).await;
+    let lasted = last.saturating_duration_since(deleted_at);
+    eprintln!("the open session answered for {lasted:?} after the old pod's deletion");
+    assert!(
+        lasted + Duration::from_secs(3) >= outlives(),
+        "the session stopped answering {lasted:?} after the old pod's deletion, before the \
+         handover and the session drain ({:?}) were over",
+        outlives()
+    );
+    let (second, second_port) = reached(kube, &config, key, Some(&first)).await;
+    assert_eq!(second_port, port, "the NodePort changed");
+    let replacement = pods_api.get(&second).await.unwrap();
+    if let GoingAway::Roll = how {
+        let cpu = replacement.spec.as_ref().unwrap().containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("cpu"))
+            .map(|q| q.0.clone());
+        assert_eq!(
+            cpu.as_deref(),
+            Some("700m"),
+            "the new pod has the new template"
+        );
+    } else {
+        assert_ne!(
+            node_of(&replacement),
+            node,
+            "the replacement is on the node going away"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    probes.none_failed(&first, &second).await;
+}
+
+#[tokio::test]
+async fn a_pod_marked_retiring_after_a_template_change_is_rolled_by_the_controller() {
+    surge_scenario("real-node-roll", GoingAway::Roll).await;
+}
+
+#[tokio::test]
+async fn a_cordoned_node_has_its_jump_pod_replaced_by_the_controller_before_the_drain() {
+    surge_scenario("real-node-cordon", GoingAway::Cordon).await;
+}
+
+#[tokio::test]
+async fn the_cluster_autoscalers_taint_has_the_jump_pod_replaced_like_a_cordon() {
+    surge_scenario("real-node-autoscaler", GoingAway::AutoscalerTaint).await;
+}
