@@ -179,6 +179,32 @@ fn pressure() -> Pressure {
     }
 }
 
+/// The machine's memory.available as the kubelet computes it (cgroup v1, as the real nodes run):
+/// MemTotal less the root cgroup's usage without its inactive file pages; what the pressure
+/// node's threshold is compared with (controlplane/realnode.go `memoryAvailable`).
+fn memory_available() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let total = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("MemTotal in /proc/meminfo")
+        * 1024;
+    let read = |path: &str| {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e} (cgroup v1)"))
+    };
+    let usage: u64 = read("/sys/fs/cgroup/memory/memory.usage_in_bytes")
+        .trim()
+        .parse()
+        .expect("memory.usage_in_bytes");
+    let inactive_file: u64 = read("/sys/fs/cgroup/memory/memory.stat")
+        .lines()
+        .find_map(|l| l.strip_prefix("total_inactive_file "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    total.saturating_sub(usage.saturating_sub(inactive_file))
+}
+
 /// A fresh ed25519 key pair, made by ssh-keygen; returns the private key's path and the
 /// public key's line.
 fn key_pair(dir: &Path) -> (PathBuf, String) {
@@ -934,9 +960,10 @@ impl Session {
 /// SSH now reaches the Guaranteed pod.
 ///
 /// The kubelet ranks pods for memory (eviction `rankMemoryPressure`) by whether their usage
-/// exceeds their request, then priority, then usage less request: the allocator requests
-/// `headroom + 1Gi` and uses `headroom + 768Mi`, so its usage less request (-256Mi) is above
-/// the jump pod's (its few MiB less 1Gi) and it goes before the jump pod would.
+/// exceeds their request, then priority, then usage less request: the allocator uses what
+/// takes the machine 768Mi past the threshold and requests 256Mi more, so its usage less
+/// request (-256Mi) is above the jump pod's (its few MiB less 1Gi) and it goes before the jump
+/// pod would.
 #[tokio::test]
 async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_the_guaranteed_jump_pod()
  {
@@ -1042,10 +1069,14 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
     controller.leading().await;
 
     // The allocator: GNU tail buffers a stream without a newline whole, and the sleep after
-    // head keeps tail from reaching the end of it.
+    // head keeps tail from reaching the end of it. It takes what separates the machine from
+    // the threshold now, at least the headroom, and 768 MiB more: the memory other processes
+    // of the machine have given back since the node started (builds ending before the suites)
+    // would otherwise leave it short of the threshold.
     const MIB: u64 = 1 << 20;
-    let uses = pressure.headroom / MIB + 768;
-    let requests = pressure.headroom / MIB + 1024;
+    let short_of_threshold = memory_available().saturating_sub(pressure.threshold);
+    let uses = pressure.headroom.max(short_of_threshold) / MIB + 768;
+    let requests = uses + 256;
     let allocator: Pod = typed(json!({
         "metadata": {"name": "allocator"},
         "spec": placement.on(json!({
@@ -1087,10 +1118,11 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
         .await
         .expect("the allocator");
     eprintln!(
-        "pressure node {}: soft threshold {} MiB available; allocator requests {requests} MiB, \
-         uses {uses} MiB",
+        "pressure node {}: soft threshold {} MiB available, {} MiB short of it; allocator \
+         requests {requests} MiB, uses {uses} MiB",
         pressure.node,
-        pressure.threshold / MIB
+        pressure.threshold / MIB,
+        short_of_threshold / MIB
     );
     let watched = [name.as_str(), "workload", "allocator", jump_name.as_str()];
     let mut order: Vec<(String, Duration)> = Vec::new();

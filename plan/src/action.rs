@@ -210,7 +210,7 @@ impl fmt::Display for Finding {
             } => {
                 write!(
                     f,
-                    "replicaset {replicaset} differs from the configuration (not rewritten; the Role has no update on replicasets):"
+                    "replicaset {replicaset} differs from the configuration (not rewritten: jumppod never changes a template):"
                 )?;
                 for d in differences {
                     write!(

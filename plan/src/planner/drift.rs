@@ -1,7 +1,7 @@
 //! Template drift: the ReplicaSet's template compared with the configuration, and the kubectl
-//! commands that apply the configuration. jumppod never rewrites a template itself (the Role
-//! has no update on replicasets): rewriting would also replace the pod and drop SSH sessions,
-//! which is the operator's call.
+//! commands that apply the configuration. jumppod never rewrites a template itself (the CLI's
+//! Role has no update on replicasets): applying it means replacing the pod, which ends its SSH
+//! sessions after their drain, so the moment is the operator's call.
 
 use crate::action::{Difference, Finding};
 use crate::config::Config;

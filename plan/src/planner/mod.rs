@@ -4,7 +4,7 @@
 //! 1. a missing namespace is created;
 //! 2. a missing ReplicaSet is created; an existing one whose template differs from the
 //!    configuration is reported with the kubectl commands that apply the configuration (never
-//!    rewritten: the Role has no update on replicasets);
+//!    rewritten: jumppod never changes a template);
 //! 3. the bare pod named `<name>` (older releases made the jump pod a bare pod) is left alone
 //!    while it runs (with the current labels the ReplicaSet adopts it; one with the legacy
 //!    labels stays until it is gone) and deleted once it has finished, uid as a precondition;
