@@ -117,7 +117,28 @@ fn grant_controller_rules_edited(
             o
         })
         .collect();
-    let out = kubectl_apply(&rbac::yaml_stream("test grant", &objects), &[]);
+    apply_grant(&objects);
+}
+
+/// The printed `objects` of `kinds`, their bindings' subject the user `user` instead of the
+/// ServiceAccount.
+fn for_user(objects: Vec<Value>, kinds: &[&str], user: &str) -> Vec<Value> {
+    objects
+        .into_iter()
+        .filter(|o| o["kind"].as_str().is_some_and(|k| kinds.contains(&k)))
+        .map(|mut o| {
+            if o.get("subjects").is_some() {
+                o["subjects"] =
+                    json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
+            }
+            o
+        })
+        .collect()
+}
+
+/// `kubectl apply` of a test's grant, which must succeed.
+fn apply_grant(objects: &[Value]) {
+    let out = kubectl_apply(&rbac::yaml_stream("test grant", objects), &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -335,33 +356,17 @@ async fn watching_two_namespaces_it_repairs_in_each_with_a_role_in_each_and_its_
     }
     let user = "user-9";
     let list = watched.map(str::to_owned);
-    let objects: Vec<Value> = rbac::controller_objects(
-        home,
-        "jumppod",
-        rbac::Watched::These(&list),
-        "unused",
-    )
-    .into_iter()
-    .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "RoleBinding")))
-    .map(|mut o| {
-        if o.get("subjects").is_some() {
-            o["subjects"] =
-                json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
-        }
-        o
-    })
-    .collect();
+    let objects = for_user(
+        rbac::controller_objects(home, "jumppod", rbac::Watched::These(&list), "unused"),
+        &["Role", "RoleBinding"],
+        user,
+    );
     assert_eq!(
         objects.len(),
         6,
         "a Role and its binding in each of three namespaces"
     );
-    let out = kubectl_apply(&rbac::yaml_stream("test grant", &objects), &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_grant(&objects);
 
     let audit = audit();
     let from = audit.mark();
@@ -995,34 +1000,17 @@ async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
     namespace(&kube, ns).await;
     grant_controller_rules(ns, &["user-1"]);
     // The nodes' ClusterRole, as printed, bound to this test's user.
-    let cluster_role: Vec<Value> =
-        rbac::controller_objects(ns, "jumppod", rbac::Watched::Own, "unused")
-            .into_iter()
-            .filter(|o| {
-                matches!(
-                    o["kind"].as_str(),
-                    Some("ClusterRole" | "ClusterRoleBinding")
-                )
-            })
-            .map(|mut o| {
-                if o.get("subjects").is_some() {
-                    o["subjects"] = json!([{"kind": "User", "name": "user-1",
-                        "apiGroup": "rbac.authorization.k8s.io"}]);
-                }
-                o
-            })
-            .collect();
+    let cluster_role = for_user(
+        rbac::controller_objects(ns, "jumppod", rbac::Watched::Own, "unused"),
+        &["ClusterRole", "ClusterRoleBinding"],
+        "user-1",
+    );
     assert_eq!(
         cluster_role.len(),
         2,
         "the nodes' ClusterRole and its binding"
     );
-    let out = kubectl_apply(&rbac::yaml_stream("test grant", &cluster_role), &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_grant(&cluster_role);
 
     // Two nodes of this test's own, which only its pod tolerates.
     let pool = "jumppod.test/pool";
@@ -1051,23 +1039,12 @@ async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
 
     let template = cluster_dir().join(format!("controller-{ns}.yaml"));
     std::fs::write(&template, format!("{placement}\n")).unwrap();
-    let log = cluster_dir().join(format!("controller-{ns}.log"));
-    let controller = Controller::start(
+    let controller = Controller::watching(
         &user_kubeconfig("user-1"),
-        &[
-            "run",
-            "-v",
-            "--namespace",
-            ns,
-            "--listen",
-            "127.0.0.1:0",
-            "-f",
-        ]
-        .into_iter()
-        .chain([template.to_str().unwrap()])
-        .collect::<Vec<_>>(),
-        &[("RUST_LOG", RUST_LOG)],
-        Some(&log),
+        ns,
+        &template,
+        RUST_LOG,
+        &cluster_dir().join(format!("controller-{ns}.log")),
     );
     controller.leading().await;
     let audit = audit();

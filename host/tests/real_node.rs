@@ -347,16 +347,25 @@ const SSH_OPTIONS: [&str; 12] = [
     "LogLevel=ERROR",
 ];
 
-/// Runs `command` over SSH as root at 127.0.0.1:`port` with `key`, accepting any host key;
-/// its output, or why it failed.
-async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
+/// `ssh` running `command` as root at `host`:`port` with `key`, accepting any host key.
+fn ssh_command(key: &Path, host: &str, port: i32, command: &str) -> tokio::process::Command {
     let mut ssh = tokio::process::Command::new("ssh");
     ssh.arg("-i")
         .arg(key)
         .args(["-p", &port.to_string()])
         .args(SSH_OPTIONS)
-        .args(["root@127.0.0.1", command]);
-    outcome(ssh, Duration::from_secs(20)).await
+        .args([&format!("root@{host}"), command]);
+    ssh
+}
+
+/// Runs `command` over SSH as root at 127.0.0.1:`port` with `key`, accepting any host key;
+/// its output, or why it failed.
+async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
+    outcome(
+        ssh_command(key, "127.0.0.1", port, command),
+        Duration::from_secs(20),
+    )
+    .await
 }
 
 /// What an ssh client printed, if it succeeded within `limit`, else why not.
@@ -895,42 +904,52 @@ fn evicted_by_the_kubelet(pod: &Pod) -> bool {
 }
 
 /// An SSH session left open: a remote loop that prints a line every second, whose lines are
-/// counted as they come.
+/// counted as they come, and when the last one came.
 struct Session {
     child: tokio::process::Child,
-    lines: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    lines: std::sync::Arc<std::sync::Mutex<(usize, Option<Instant>)>>,
 }
 
 impl Session {
-    fn open(key: &Path, host: &str) -> Session {
-        let mut child = tokio::process::Command::new("ssh")
-            .arg("-i")
-            .arg(key)
-            .args(SSH_OPTIONS)
-            .args([
-                &format!("root@{host}"),
-                "while :; do echo tick; sleep 1; done",
-            ])
+    fn open(key: &Path, host: &str, port: i32) -> Session {
+        let mut child = ssh_command(key, host, port, "while :; do echo tick; sleep 1; done")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("ssh");
-        let lines = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let lines = std::sync::Arc::new(std::sync::Mutex::new((0, None)));
         let count = lines.clone();
         let stdout = child.stdout.take().unwrap();
         tokio::spawn(async move {
             use tokio::io::AsyncBufReadExt;
             let mut reader = tokio::io::BufReader::new(stdout).lines();
             while let Ok(Some(_)) = reader.next_line().await {
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut seen = count.lock().unwrap();
+                *seen = (seen.0 + 1, Some(Instant::now()));
             }
         });
         Session { child, lines }
     }
 
     fn lines(&self) -> usize {
-        self.lines.load(std::sync::atomic::Ordering::SeqCst)
+        self.lines.lock().unwrap().0
+    }
+
+    /// Once it ended (within `limit`): when it last printed.
+    async fn ended(mut self, limit: Duration) -> Instant {
+        let exit = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the session still runs after {limit:?}"));
+        eprintln!("the open session ended: {exit:?}");
+        // Its output is read to the end once ssh has exited.
+        wait_for_up_to(
+            "the session's output read",
+            Duration::from_secs(5),
+            || async { (std::sync::Arc::strong_count(&self.lines) == 1).then_some(()) },
+        )
+        .await;
+        self.lines.lock().unwrap().1.expect("a line")
     }
 
     /// Waits (bounded) for a line after the `seen`-th, with the session still open.
@@ -1041,7 +1060,7 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
     // An SSH session on the Guaranteed pod, at its address on the harness's bridge (the
     // Service still selects the pre-#3891 pod).
     let jump_ip = jump.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
-    let mut session = Session::open(key, &jump_ip);
+    let mut session = Session::open(key, &jump_ip, 22);
     session.still_open_after(0, "before the pressure").await;
 
     // `jumppod run`, as an operator runs it beside dstack.
@@ -1051,20 +1070,12 @@ async fn under_memory_pressure_the_kubelet_evicts_the_besteffort_pods_and_keeps_
         format!("image: {}\n{}", nodes.sshd_image, placement.yaml()),
     )
     .unwrap();
-    let controller = jumppod_testkit::run::Controller::start(
+    let controller = jumppod_testkit::run::Controller::watching(
         &jumppod_testkit::cluster::admin_kubeconfig(),
-        &[
-            "run",
-            "-v",
-            "--namespace",
-            ns,
-            "--listen",
-            "127.0.0.1:0",
-            "-f",
-            template.to_str().unwrap(),
-        ],
-        &[("RUST_LOG", "info")],
-        Some(&dir.join("controller.log")),
+        ns,
+        &template,
+        "info",
+        &dir.join("controller.log"),
     );
     controller.leading().await;
 
@@ -1425,96 +1436,70 @@ impl Drop for Restore {
     }
 }
 
-/// An SSH session through the NodePort that prints a line every second, and when it last did.
-struct OpenSession {
-    child: tokio::process::Child,
-    last_line: tokio::task::JoinHandle<Option<Instant>>,
-}
-
-impl OpenSession {
-    /// Opened, and its first line printed.
-    async fn open(key: &Path, port: i32) -> OpenSession {
-        use tokio::io::AsyncBufReadExt as _;
-        let mut ssh = tokio::process::Command::new("ssh");
-        ssh.arg("-i")
-            .arg(key)
-            .args(["-p", &port.to_string()])
-            .args(SSH_OPTIONS)
-            .args(["root@127.0.0.1", "while :; do echo tick; sleep 1; done"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = ssh.spawn().expect("ssh");
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .expect("the session's first line within 20 s");
-        assert!(
-            matches!(first, Ok(Some(_))),
-            "the session printed nothing: {first:?}"
-        );
-        let last_line = tokio::spawn(async move {
-            let mut last = Some(Instant::now());
-            while let Ok(Some(_)) = lines.next_line().await {
-                last = Some(Instant::now());
-            }
-            last
-        });
-        OpenSession { child, last_line }
-    }
-
-    /// Once it ended (within `limit`): when it last printed.
-    async fn ended(mut self, limit: Duration) -> Instant {
-        let exit = tokio::time::timeout(limit, self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("the session still runs after {limit:?}"));
-        eprintln!("the open session ended: {exit:?}");
-        self.last_line.await.unwrap().expect("a line")
-    }
-}
-
-/// A new SSH connection through the NodePort every 200 ms, until [`Probes::outcomes`].
+/// A new SSH connection through the NodePort every 200 ms, until [`Probes::none_failed`]: the
+/// outcome of each (the hostname that answered, or why none did), as they come.
 struct Probes {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<Vec<Result<String, String>>>,
+    outcomes: std::sync::Arc<std::sync::Mutex<Vec<Result<String, String>>>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Probes {
     fn start(key: &Path, port: i32) -> Probes {
         let key = key.to_owned();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = stop.clone();
+        let outcomes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stopped, recorded) = (stop.clone(), outcomes.clone());
         let task = tokio::spawn(async move {
             let mut attempts = Vec::new();
             let mut tick = tokio::time::interval(Duration::from_millis(200));
             while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
                 tick.tick().await;
-                let key = key.clone();
-                attempts.push(tokio::spawn(
-                    async move { ssh(&key, port, "hostname").await },
-                ));
+                let (key, recorded) = (key.clone(), recorded.clone());
+                attempts.push(tokio::spawn(async move {
+                    let outcome = ssh(&key, port, "hostname").await;
+                    recorded.lock().unwrap().push(outcome);
+                }));
             }
-            let mut outcomes = Vec::new();
             for attempt in attempts {
-                outcomes.push(attempt.await.expect("an attempt's task"));
+                attempt.await.expect("an attempt's task");
             }
-            outcomes
         });
-        Probes { stop, task }
+        Probes {
+            stop,
+            outcomes,
+            task,
+        }
+    }
+
+    /// How many connections `pod` answered so far.
+    fn answered(&self, pod: &str) -> usize {
+        let outcomes = self.outcomes.lock().unwrap();
+        outcomes
+            .iter()
+            .filter(|o| o.as_ref().is_ok_and(|h| h == pod))
+            .count()
+    }
+
+    /// Waits (bounded) until `pod` has answered a few more connections than now.
+    async fn answering(&self, pod: &str) {
+        let before = self.answered(pod);
+        wait_for_up_to(
+            &format!("{pod} to answer new connections"),
+            Duration::from_secs(30),
+            || async { (self.answered(pod) >= before + 3).then_some(()) },
+        )
+        .await;
     }
 
     /// Stops them; every connection must have been answered, some by `second`. Prints how
     /// many each pod answered.
     async fn none_failed(self, first: &str, second: &str) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let outcomes = self.task.await.unwrap();
+        self.task.await.unwrap();
+        let answered = |pod: &str| self.answered(pod);
+        let outcomes = self.outcomes.lock().unwrap().clone();
         let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
-        let answered = |pod: &str| {
-            outcomes
-                .iter()
-                .filter(|o| o.as_ref().is_ok_and(|h| h == pod))
-                .count()
-        };
         eprintln!(
             "new connections every 200 ms: {} made, {} failed; {} answered by {first}, {} by {second}",
             outcomes.len(),
@@ -1585,9 +1570,10 @@ async fn a_drain_without_the_controller_refuses_no_connection_and_an_open_sessio
     let (first, port) = reached(kube, &config, key, None).await;
     let pods_api = Api::<Pod>::namespaced(kube.client.clone(), ns);
     let node = node_of(&pods_api.get(&first).await.unwrap());
-    let session = OpenSession::open(key, port).await;
+    let mut session = Session::open(key, "127.0.0.1", port);
+    session.still_open_after(0, "once opened").await;
     let probes = Probes::start(key, port);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    probes.answering(&first).await;
 
     let _uncordon = Restore(vec!["uncordon".into(), node.clone()]);
     let started = Instant::now();
@@ -1608,7 +1594,7 @@ async fn a_drain_without_the_controller_refuses_no_connection_and_an_open_sessio
     let (second, second_port) = reached(kube, &config, key, Some(&first)).await;
     assert_eq!(second_port, port, "the NodePort changed");
     assert_ne!(node_of(&pods_api.get(&second).await.unwrap()), node);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    probes.answering(&second).await;
     probes.none_failed(&first, &second).await;
 }
 
@@ -1651,29 +1637,19 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&template, template_text).unwrap();
-    let log = dir.join("controller.log");
-    let controller = jumppod_testkit::run::Controller::start(
+    let controller = jumppod_testkit::run::Controller::watching(
         &jumppod_testkit::cluster::admin_kubeconfig(),
-        &[
-            "run",
-            "-v",
-            "--namespace",
-            ns,
-            "--listen",
-            "127.0.0.1:0",
-            "-f",
-        ]
-        .into_iter()
-        .chain([template.to_str().unwrap()])
-        .collect::<Vec<_>>(),
-        &[("RUST_LOG", "info")],
-        Some(&log),
+        ns,
+        &template,
+        "info",
+        &dir.join("controller.log"),
     );
     controller.leading().await;
 
-    let session = OpenSession::open(key, port).await;
+    let mut session = Session::open(key, "127.0.0.1", port);
+    session.still_open_after(0, "once opened").await;
     let probes = Probes::start(key, port);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    probes.answering(&first).await;
 
     let started = Instant::now();
     let ok = |out: std::process::Output| {
@@ -1785,7 +1761,7 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
             "the replacement is on the node going away"
         );
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    probes.answering(&second).await;
     probes.none_failed(&first, &second).await;
 }
 

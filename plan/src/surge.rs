@@ -196,10 +196,6 @@ mod tests {
             .collect()
     }
 
-    fn scale(replicas: i32, surged_from: Option<i32>) -> (i32, Option<i32>) {
-        (replicas, surged_from)
-    }
-
     /// The scales and retirements of a decision, without their prose.
     fn outline(actions: &[Action]) -> (Vec<String>, Option<(i32, Option<i32>)>) {
         let mut retired = Vec::new();
@@ -211,7 +207,7 @@ mod tests {
                     replicas,
                     surged_from,
                     ..
-                } => scaled = Some(scale(*replicas, *surged_from)),
+                } => scaled = Some((*replicas, *surged_from)),
                 other => panic!("not a surge's action: {other}"),
             }
         }

@@ -96,6 +96,29 @@ impl Controller {
         controller
     }
 
+    /// `jumppod run -v --namespace ns -f template` as `kubeconfig`'s user, metrics on a free
+    /// port of 127.0.0.1, `RUST_LOG` as given, its log in `log`.
+    pub fn watching(
+        kubeconfig: &Path,
+        ns: &str,
+        template: &Path,
+        rust_log: &str,
+        log: &Path,
+    ) -> Controller {
+        let template = template.to_str().expect("a UTF-8 path");
+        let args = [
+            "run",
+            "-v",
+            "--namespace",
+            ns,
+            "--listen",
+            "127.0.0.1:0",
+            "-f",
+            template,
+        ];
+        Controller::start(kubeconfig, &args, &[("RUST_LOG", rust_log)], Some(log))
+    }
+
     /// GET on the controller's HTTP port: status code and body.
     pub async fn get(&self, path: &str) -> (u16, String) {
         let ask = async {
