@@ -1494,9 +1494,9 @@ impl Probes {
 
     /// Stops them; every connection must have been answered, some by `second`. Prints how
     /// many each pod answered.
-    async fn none_failed(self, first: &str, second: &str) {
+    async fn none_failed(mut self, first: &str, second: &str) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.task.await.unwrap();
+        (&mut self.task).await.unwrap();
         let answered = |pod: &str| self.answered(pod);
         let outcomes = self.outcomes.lock().unwrap().clone();
         let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
