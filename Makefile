@@ -251,17 +251,16 @@ bench-controller: setup $(CONTROLPLANE)
 	$(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/bench -- \
 	  $(CARGO) bench -p jumppod-host --features real-cluster --bench controller
 
-## bench-webhook: `jumppod webhook` (bench profile: optimised, no LTO) over TLS on 127.0.0.1,
+## bench-webhook: `jumppod webhook` (the image's binary, `make image-bin`) over TLS on 127.0.0.1,
 ## loaded by wrk (8 connections, 8 s per request) with an ordinary pod, a conforming jump pod and
 ## a bare legacy pod it mutates: req/s, p50, p99, and its RSS at rest, while starting and after
 ## the load (host/bench/webhook.sh). wrk, jq, curl and openssl from Debian's packages.
 BENCH_WEBHOOK_PACKAGES := wrk jq curl openssl
-bench-webhook: policy
+bench-webhook: policy image-bin
 	@{ command -v wrk && command -v jq && command -v curl && command -v openssl; } >/dev/null 2>&1 || { \
 	  echo "bench-webhook: installing Debian's $(BENCH_WEBHOOK_PACKAGES) (wrk loads the webhook)"; \
 	  $(call apt-install,$(BENCH_WEBHOOK_PACKAGES)); }
-	$(CARGO) build --profile bench -p jumppod-host --bin jumppod
-	host/bench/webhook.sh $(TARGET_DIR)/release/jumppod $(POLICY_WASM)
+	host/bench/webhook.sh $(IMAGE_BIN) $(POLICY_WASM)
 
 ## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats
 e2e-kwctl: policy
