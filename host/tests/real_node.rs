@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 /// 1.3-15.5 s on this machine under load; an image pull never happens (it is imported).
 const POD_UP: Duration = Duration::from_secs(180);
 
-/// The scenario that cuts a node's power runs alone: every other one holds this for reading
-/// while it runs, so none of them finds its node gone.
+/// The scenarios that take a node away (its power cut, a drain, a cordon, the autoscaler's
+/// taint) run alone: every other one holds this for reading while it runs, so none of them
+/// finds its node gone.
 static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// The taints the node-lifecycle controller puts on a lost node, NoExecute: a pod leaves the
@@ -1388,12 +1389,13 @@ async fn a_users_key_added_by_the_cli_jumps_to_a_job_and_stops_once_removed() {
 }
 
 /// How long the disruption scenarios' sessions may go on once the old pod's listener has
-/// closed.
-const SESSION_DRAIN: u64 = 15;
+/// closed: long enough to tell the session drain from the handover (the session is seen once
+/// a second), short because each of the four scenarios waits it out with both nodes to itself.
+const SESSION_DRAIN: u64 = 5;
 
 /// The disruption scenarios' project: on either real node (the pressure node too: the
-/// replacement needs the other one; the scenarios run alone, so no pressure is made there),
-/// with [`SESSION_DRAIN`]; the configuration and its file's text.
+/// replacement needs the other one; the scenarios that take a node away run alone, so no
+/// pressure is made there), with [`SESSION_DRAIN`]; the configuration and its file's text.
 fn disruption_config(scenario: &Scenario) -> (Config, String) {
     let placement = Placement::either(&scenario.nodes, &pressure(), 300);
     let text = format!(
@@ -1618,7 +1620,12 @@ enum GoingAway {
 /// session outlives the old pod's termination by the handover and the session drain, and a
 /// `kubectl drain` afterwards has nothing left to wait for but that termination.
 async fn surge_scenario(ns: &'static str, how: GoingAway) {
-    let scenario = Scenario::alone(ns).await;
+    // A node going away leaves the other scenarios one node: it runs alone. The roll touches
+    // no node, and its Guaranteed pods are never the ones memory pressure evicts.
+    let scenario = match how {
+        GoingAway::Roll => Scenario::shared(ns).await,
+        GoingAway::Cordon | GoingAway::AutoscalerTaint => Scenario::alone(ns).await,
+    };
     let Scenario { kube, key, dir, .. } = &scenario;
     let (config, text) = disruption_config(&scenario);
     jumppod_host::ensure(kube, &config, &Gate::native())
