@@ -25,11 +25,21 @@ export JUMPPOD_HELM := $(HELM)
 # profile. `real-node` turns on `real-cluster`; the real-node and in-cluster test binaries are
 # built with the rest but run only by `make real-node-scenarios` (`test = false`).
 FEATURES     := jumppod-host/real-node,jumppod-e2e/real-cluster
+# Clippy lints the workspace's crates while the test build compiles them: clippy-driver is rustc
+# with clippy's lints, and as cargo's wrapper for the workspace's own crates (what `cargo clippy`
+# sets up for `cargo check`) it compiles them as well. So the dependencies are compiled once,
+# not checked by clippy and then compiled again. CLIPPY_ARGS is how cargo-clippy passes `-- -D
+# warnings` to the driver. The wrapper is part of the workspace crates' metadata hash: a plain
+# `cargo test` beside it builds those crates (not the dependencies) once more, in files of its
+# own, and never skips the lints of a linted build.
+TEST_CARGO   := env RUSTC_WORKSPACE_WRAPPER=$$(rustup which clippy-driver) \
+  CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ $(CARGO)
 # `make test`'s stages: each one's lines prefixed with its name, its minutes summed up at the end.
 STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
+NICE         := nice -n 10
 
-.PHONY: image image-bin image-check publish all setup check test-build packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -98,12 +108,12 @@ spin: setup
 no-wasm:
 	$(CARGO) build -p jumppod-host --no-default-features --target-dir $(NO_WASM_DIR)
 
-## lint: formatting and clippy, warnings are errors. The real-node tests are named: `--all-targets`
-## leaves out test targets with `test = false`.
-lint: setup docs-check
+## lint: formatting, then clippy over every target of the workspace, warnings as errors. Clippy
+## runs inside the test build (TEST_CARGO), so this builds every test binary too.
+lint: setup docs-check fmt-check test-build
+
+fmt-check:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --features $(FEATURES) -- -D warnings
-	$(CARGO) clippy --workspace --features $(FEATURES) $(REAL_NODE_TESTS) -- -D warnings
 
 ## docs-check: the user docs carry no work notes (issue numbers, commit ids) and their links
 ## resolve (docs/check.sh); host/tests/docs.rs checks their commands against the binary
@@ -136,20 +146,26 @@ chart-check: $(HELM)
 	$(HELM) template jumppod $(CHART) --namespace jumppod >/dev/null
 	$(HELM) template jumppod $(CHART) --namespace jumppod --set watchAllNamespaces=true --set webhook.enabled=true >/dev/null
 
-## test-build: every test binary of the workspace, the real-node ones too, without running any
-## (the stages that run them then build nothing)
+## test-build: every target of the workspace in the test profile, linted by clippy as it is
+## compiled, the real-node test binaries too (`--all-targets` leaves out test targets with
+## `test = false`, so they are named), without running any (the stages that run them then build
+## nothing)
 REAL_NODE_TESTS := --test real_node --test in_cluster
 test-build: setup
-	$(CARGO) test --workspace --features $(FEATURES) --no-run
-	$(CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS) --no-run
+	$(TEST_CARGO) test --workspace --all-targets --features $(FEATURES) --no-run
+	$(TEST_CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS) --no-run
 
 ## unit: every test of the workspace, the host's against the simulator and against the real
 ## control plane (started once, around the whole run; tests/real_cluster.rs needs it), then
 ## one line that adds up every test binary's result. The policy Wasm, the spinning guest and
-## the binary without Wasm are built first: the tests load and run them.
+## the binary without Wasm are built first: the tests load and run them. Two lanes at once
+## (.ci/test-lanes): the test binaries that use the control plane, one after another as cargo
+## runs them (each one's tests share it with each other only), beside every other one.
+UNIT_CLUSTER_TESTS := real_cluster,controller,chart,demo
 unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE) $(HELM)
-	set -o pipefail; $(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
-	  $(CARGO) test --workspace --features $(FEATURES) --no-fail-fast 2>&1 | tee $(TARGET_DIR)/test.log
+	$(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
+	  .ci/test-lanes $(TARGET_DIR)/test.log cluster=$(UNIT_CLUSTER_TESTS) -- \
+	  $(TEST_CARGO) test --workspace --features $(FEATURES) --no-fail-fast
 	@$(call count-tests,tests,$(TARGET_DIR)/test.log)
 
 ## check: the contributors' fast tier, no root, no cluster: fmt, clippy, and the tests of the
@@ -161,12 +177,15 @@ CHECK_TESTS := --lib --bins --test import_cycles --test fixtures --test mutation
   --test policy_properties --test admission --test api --test controllers --test faults \
   --test rbac --test scale --test scenarios --test docs
 check: policy lint
-	set -o pipefail; $(CARGO) test --workspace --features $(FEATURES) $(CHECK_TESTS) 2>&1 | tee $(TARGET_DIR)/check.log
+	set -o pipefail; $(TEST_CARGO) test --workspace --features $(FEATURES) $(CHECK_TESTS) 2>&1 | tee $(TARGET_DIR)/check.log
 	@$(call count-tests,tests,$(TARGET_DIR)/check.log)
 
-## test: what CI runs. Everything is built first, two stages at a time (`test-builds`: the cargo
-## builds in target/ one after another, beside them Go, Debian's packages, the images and the
-## builds outside target/); then the suites run one after another, alone on the machine. Each
+## test: what CI runs. Three lanes at once (`test-lanes`): the cargo builds, one after another;
+## beside them Go, Debian's packages, the images, the builds outside target/ and the real-node
+## check; and the suites that need no real node (unit, chart-check, web-test) as soon as what
+## they run is built. The builds are niced and the suites are not, so a suite waiting on its
+## cluster leaves the cores to the builds, not the other way round. Then the real-node
+## scenarios, alone on the machine: their timing and memory are what they measure. Each
 ## stage's lines carry its name; a table of the stages and their minutes ends the run, passed
 ## or not.
 test:
@@ -176,48 +195,60 @@ test:
 	  $(call count-tests,all tests (Rust and real nodes and web),$(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log); exit $$rc
 
 test-stages:
-	$(MAKE) --no-print-directory -j2 test-builds
-	$(STAGE) chart-check $(MAKE) --no-print-directory chart-check
-	$(STAGE) image-check $(MAKE) --no-print-directory image-check
-	$(STAGE) real-node-check $(MAKE) --no-print-directory real-node-check
-	$(STAGE) unit $(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory -j3 test-lanes
 	$(STAGE) real-node-scenarios $(MAKE) --no-print-directory real-node-scenarios
-	$(STAGE) web-test $(MAKE) --no-print-directory web-test
 
-# The two lanes of builds. In each lane one stage at a time (`|`: order only); between the
-# lanes only what one needs of the other. The cargo lane's builds would wait for each other's
-# lock on target/ anyway; the other lane fills the cores that cargo's last, long crates leave idle.
-.PHONY: test-builds ci-policy ci-clippy ci-test-build ci-image-bin ci-web ci-packages ci-helm \
-  ci-controlplane ci-controlplane-check ci-real-node-images ci-no-wasm ci-web-setup ci-npm
-test-builds: ci-policy ci-clippy ci-test-build ci-image-bin ci-web \
-  ci-packages ci-helm ci-controlplane ci-controlplane-check ci-real-node-images ci-no-wasm ci-web-setup ci-npm
+# The three lanes. In each lane one stage at a time (`|`: order only); between the lanes only
+# what one needs of the other. The builds' stages run at NICE, the suites' not. Cargo locks a
+# profile's directory while it builds, not the whole target/: `unit` runs its (test-profile)
+# binaries while the image's profile is built.
+.PHONY: test-lanes ci-policy ci-test-build ci-image-bin ci-image-check ci-web ci-packages ci-helm \
+  ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images ci-real-node-check ci-web-setup \
+  ci-npm ci-unit ci-chart-check ci-web-test
+test-lanes: ci-policy ci-test-build ci-image-bin ci-image-check ci-web \
+  ci-packages ci-helm ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images \
+  ci-real-node-check ci-web-setup ci-npm \
+  ci-unit ci-chart-check ci-web-test
+# The cargo lane.
 ci-policy:
-	$(STAGE) policy $(MAKE) --no-print-directory -j1 policy spin
-ci-clippy: | ci-policy
-	$(STAGE) clippy $(MAKE) --no-print-directory -j1 lint
-ci-test-build: | ci-clippy
-	$(STAGE) test-build $(MAKE) --no-print-directory -j1 test-build
+	$(STAGE) policy $(NICE) $(MAKE) --no-print-directory -j1 policy spin
+# `make lint`: fmt, the docs check and the test build, clippy inside it.
+ci-test-build: | ci-policy
+	$(STAGE) lint+test-build $(NICE) $(MAKE) --no-print-directory -j1 lint
 ci-image-bin: | ci-test-build
-	$(STAGE) image-build $(MAKE) --no-print-directory -j1 image-bin
-ci-web: | ci-image-bin ci-web-setup
-	$(STAGE) web-build $(MAKE) --no-print-directory -j1 web
+	$(STAGE) image-build $(NICE) $(MAKE) --no-print-directory -j1 image-bin
+ci-image-check: | ci-image-bin ci-controlplane ci-packages
+	$(STAGE) image-check $(MAKE) --no-print-directory -j1 image-check
+ci-web: | ci-image-check ci-web-setup
+	$(STAGE) web-build $(NICE) $(MAKE) --no-print-directory -j1 web
+# The other builds, and the real-node check (its nodes are the machine's: one run at a time).
 ci-packages:
-	$(STAGE) packages $(MAKE) --no-print-directory -j1 packages
+	$(STAGE) packages $(NICE) $(MAKE) --no-print-directory -j1 packages
 ci-helm: | ci-packages
-	$(STAGE) helm $(MAKE) --no-print-directory -j1 $(HELM)
+	$(STAGE) helm $(NICE) $(MAKE) --no-print-directory -j1 $(HELM)
 ci-controlplane: | ci-helm
-	$(STAGE) controlplane $(MAKE) --no-print-directory -j1 controlplane
-ci-controlplane-check: | ci-controlplane
-	$(STAGE) controlplane-check $(MAKE) --no-print-directory -j1 controlplane-check
+	$(STAGE) controlplane $(NICE) $(MAKE) --no-print-directory -j1 controlplane
+# Before the control plane's checks: `unit` needs it.
+ci-no-wasm: | ci-controlplane
+	$(STAGE) no-wasm $(NICE) $(MAKE) --no-print-directory -j1 no-wasm
+ci-controlplane-check: | ci-no-wasm
+	$(STAGE) controlplane-check $(NICE) $(MAKE) --no-print-directory -j1 controlplane-check
 ci-real-node-images: | ci-controlplane-check
-	$(STAGE) real-node-images $(MAKE) --no-print-directory -j1 real-node-images
-ci-no-wasm: | ci-real-node-images
-	$(STAGE) no-wasm $(MAKE) --no-print-directory -j1 no-wasm
+	$(STAGE) real-node-images $(NICE) $(MAKE) --no-print-directory -j1 real-node-images
+ci-real-node-check: | ci-real-node-images
+	$(STAGE) real-node-check $(MAKE) --no-print-directory -j1 real-node-check
 # After the cargo lane's first stage: both lanes would otherwise run rustup at once.
-ci-web-setup: | ci-no-wasm ci-policy
-	$(STAGE) web-setup $(MAKE) --no-print-directory -j1 web-setup
+ci-web-setup: | ci-real-node-check ci-policy
+	$(STAGE) web-setup $(NICE) $(MAKE) --no-print-directory -j1 web-setup
 ci-npm: | ci-web-setup
-	$(STAGE) npm $(MAKE) --no-print-directory -j1 web/node_modules/.installed $(CHROMIUM)
+	$(STAGE) npm $(NICE) $(MAKE) --no-print-directory -j1 web/node_modules/.installed $(CHROMIUM)
+# The suites that need no real node.
+ci-unit: | ci-test-build ci-policy ci-no-wasm ci-controlplane ci-helm ci-packages
+	$(STAGE) unit $(MAKE) --no-print-directory -j1 unit
+ci-chart-check: | ci-unit
+	$(STAGE) chart-check $(MAKE) --no-print-directory -j1 chart-check
+ci-web-test: | ci-chart-check ci-web ci-npm
+	$(STAGE) web-test $(MAKE) --no-print-directory -j1 web-test
 
 ## packages: every Debian package `make test` installs, in one apt-get (each target that needs
 ## some still checks for its own)
@@ -389,7 +420,7 @@ real-node-check: real-node-deps real-node-images $(CONTROLPLANE_TEST)
 ## on loopback (Debian's docker-registry, `--registry`) to which `make publish`'s script pushes
 ## `make image`'s image and the chart; helm installs the chart from it and the nodes' containerd
 ## pulls the image by digest (the jump pods' sshd image too), nothing imported but the pause image.
-REAL_NODE_TEST := $(CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS)
+REAL_NODE_TEST := $(TEST_CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS)
 real-node-scenarios: policy real-node-deps real-node-images sshd image $(HELM) $(CONTROLPLANE)
 	$(REAL_NODE_TEST) --no-run
 	set -o pipefail; nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --registry \

@@ -50,7 +50,7 @@ $(CHROMIUM):
 ## web-test: the npm package against the Kubewarden module (Node), the playground in Chromium
 web-test: web policy web/node_modules/.installed $(CHROMIUM)
 	@# The oracle is target/debug/jumppod as `make unit` builds it (the same features: no rebuild).
-	$(CARGO) test --workspace --features $(FEATURES) --no-run
+	$(TEST_CARGO) test --workspace --features $(FEATURES) --no-run
 	set -o pipefail; cd web && JUMPPOD_POLICY_WASM=$(POLICY_WASM) CHROMIUM=$(CHROMIUM) node --test --test-concurrency=1 \
 	  test/api.test.mjs test/agreement.test.mjs test/playground.test.mjs 2>&1 | tee $(TARGET_DIR)/web-test.log
 
