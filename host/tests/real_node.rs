@@ -1395,7 +1395,8 @@ const SESSION_DRAIN: u64 = 5;
 
 /// The disruption scenarios' project: on either real node (the pressure node too: the
 /// replacement needs the other one; the scenarios that take a node away run alone, so no
-/// pressure is made there), with [`SESSION_DRAIN`]; the configuration and its file's text.
+/// pressure is made there while they do, and the roll's Guaranteed pods are not what pressure
+/// evicts), with [`SESSION_DRAIN`]; the configuration and its file's text.
 fn disruption_config(scenario: &Scenario) -> (Config, String) {
     let placement = Placement::either(&scenario.nodes, &pressure(), 300);
     let text = format!(
