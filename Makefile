@@ -39,7 +39,7 @@ STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 NICE         := nice -n 10
 
-.PHONY: image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -203,11 +203,11 @@ test-stages:
 # profile's directory while it builds, not the whole target/: `unit` runs its (test-profile)
 # binaries while the image's profile is built.
 .PHONY: test-lanes ci-policy ci-test-build ci-image-bin ci-image-check ci-web ci-packages ci-helm \
-  ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images ci-real-node-check ci-web-setup \
+  ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images ci-real-node-check ci-dstack-venv ci-web-setup \
   ci-npm ci-unit ci-chart-check ci-web-test
 test-lanes: ci-policy ci-test-build ci-image-bin ci-image-check ci-web \
   ci-packages ci-helm ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images \
-  ci-real-node-check ci-web-setup ci-npm \
+  ci-real-node-check ci-dstack-venv ci-web-setup ci-npm \
   ci-unit ci-chart-check ci-web-test
 # The cargo lane.
 ci-policy:
@@ -237,8 +237,10 @@ ci-real-node-images: | ci-controlplane-check
 	$(STAGE) real-node-images $(NICE) $(MAKE) --no-print-directory -j1 real-node-images
 ci-real-node-check: | ci-real-node-images
 	$(STAGE) real-node-check $(MAKE) --no-print-directory -j1 real-node-check
+ci-dstack-venv: | ci-real-node-check
+	$(STAGE) dstack-venv $(NICE) $(MAKE) --no-print-directory -j1 dstack-venv
 # After the cargo lane's first stage: both lanes would otherwise run rustup at once.
-ci-web-setup: | ci-real-node-check ci-policy
+ci-web-setup: | ci-dstack-venv ci-policy
 	$(STAGE) web-setup $(NICE) $(MAKE) --no-print-directory -j1 web-setup
 ci-npm: | ci-web-setup
 	$(STAGE) npm $(NICE) $(MAKE) --no-print-directory -j1 web/node_modules/.installed $(CHROMIUM)
@@ -325,6 +327,20 @@ controlplane-check: $(CONTROLPLANE_TEST)
 	@test -z "$$(gofmt -l controlplane)" || { gofmt -l controlplane; echo "gofmt: files above need formatting"; exit 1; }
 	cd controlplane && CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 go vet -tags realnode ./...
 	cd controlplane && nice -n 10 $(CONTROLPLANE_TEST) -test.skip '^TestRealNodes' -test.timeout 10m
+
+## dstack-venv: dstack's own Python code, the release operators run, pinned with everything it
+## pulls in (tests/dstack/requirements.txt), in a virtual environment of its own; the real-node
+## scenarios drive dstack's Kubernetes backend through tests/dstack/driver.py in it
+DSTACK_VENV := $(TARGET_DIR)/dstack-venv
+export JUMPPOD_DSTACK_PYTHON := $(DSTACK_VENV)/bin/python
+export JUMPPOD_DSTACK_DRIVER := $(CURDIR)/tests/dstack/driver.py
+dstack-venv: $(DSTACK_VENV)/.installed
+$(DSTACK_VENV)/.installed: tests/dstack/requirements.txt
+	rm -rf $(DSTACK_VENV)
+	python3 -m venv $(DSTACK_VENV)
+	$(DSTACK_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r tests/dstack/requirements.txt
+	$(JUMPPOD_DSTACK_PYTHON) $(JUMPPOD_DSTACK_DRIVER) check
+	touch $@
 
 ## real-node-deps: what the real nodes run, from Debian's packages (root): containerd and runc,
 ## the CNI plugins, iptables and conntrack for kube-proxy, debootstrap for the jump pod's image
@@ -421,7 +437,7 @@ real-node-check: real-node-deps real-node-images $(CONTROLPLANE_TEST)
 ## `make image`'s image and the chart; helm installs the chart from it and the nodes' containerd
 ## pulls the image by digest (the jump pods' sshd image too), nothing imported but the pause image.
 REAL_NODE_TEST := $(TEST_CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS)
-real-node-scenarios: policy real-node-deps real-node-images sshd image $(HELM) $(CONTROLPLANE)
+real-node-scenarios: policy real-node-deps real-node-images sshd image dstack-venv $(HELM) $(CONTROLPLANE)
 	$(REAL_NODE_TEST) --no-run
 	set -o pipefail; nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --registry \
 	  --real-node-images $(REAL_NODE_IMAGES) --dir $(TARGET_DIR)/controlplane/real-node -- \
