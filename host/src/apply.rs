@@ -26,6 +26,8 @@ pub enum ActionOutcome {
     AlreadyGone,
     /// Delete precondition failed: another object of that name now exists; left alone.
     ReplacedMeanwhile,
+    /// Create answered 403: the namespace is being deleted.
+    NamespaceTerminating,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -107,15 +109,47 @@ pub async fn apply(
                     other => other?,
                 }
             }
-            Action::DeletePod { name, uid, .. } => {
+            Action::DeletePod { name, uid, .. }
+            | Action::DeleteStandby { name, uid, .. }
+            | Action::MovePodOff { name, uid, .. } => {
                 let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
                 delete(
                     kube,
                     &api,
                     uid,
+                    None,
                     Op::new("delete", "pods", Some(namespace), Some(name)),
                 )
                 .await?
+            }
+            Action::ForceDeletePod { name, uid, .. } => {
+                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+                delete(
+                    kube,
+                    &api,
+                    uid,
+                    Some(0),
+                    Op::new("delete", "pods", Some(namespace), Some(name)),
+                )
+                .await?
+            }
+            Action::CreatePod { pod, .. } => {
+                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+                let op = Op::new(
+                    "create",
+                    "pods",
+                    Some(namespace),
+                    pod.metadata.name.as_deref(),
+                );
+                match create(kube, &api, pod.as_ref(), op).await {
+                    // The namespace is being deleted: whatever was in it is going too.
+                    Err(HostError::Api {
+                        code: 403, message, ..
+                    }) if message.contains("being terminated") => {
+                        ActionOutcome::NamespaceTerminating
+                    }
+                    other => other?,
+                }
             }
             Action::DeleteService { name, uid, .. } => {
                 let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
@@ -123,6 +157,7 @@ pub async fn apply(
                     kube,
                     &api,
                     uid,
+                    None,
                     Op::new("delete", "services", Some(namespace), Some(name)),
                 )
                 .await?
@@ -239,10 +274,13 @@ where
     }
 }
 
+/// Deletes `op`'s object if it still has `uid`; `grace`: the grace period (0: at once), else
+/// the object's own.
 async fn delete<K>(
     kube: &Kube,
     api: &Api<K>,
     uid: &str,
+    grace: Option<u32>,
     op: Op<'_>,
 ) -> Result<ActionOutcome, HostError>
 where
@@ -253,6 +291,7 @@ where
             uid: Some(uid.to_owned()),
             resource_version: None,
         }),
+        grace_period_seconds: grace,
         ..DeleteParams::default()
     };
     let name = op.name.unwrap_or_default();

@@ -305,6 +305,13 @@ pub struct RunArgs {
     /// Deadline of one project's writes, retries of transient errors included.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub reconcile_timeout: Duration,
+    /// A node whose kubelet has not renewed the node's Lease (namespace kube-node-lease) for
+    /// this long is taken for lost: its jump pods are replaced elsewhere, long before the
+    /// node-lifecycle controller finds it lost (50 s) and evicts its pods (300 s). Kubelets renew
+    /// every 10 s; a shorter value replaces pods on a brief stall too. 0s: wait for the
+    /// node-lifecycle controller.
+    #[arg(long, default_value = "20s", value_parser = parse_duration_or_zero)]
+    pub silent_node_after: Duration,
 }
 
 /// The policy module and its settings, as policy-server takes them.

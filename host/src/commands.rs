@@ -520,6 +520,7 @@ async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError>
         reconcile_timeout: args.reconcile_timeout,
         backoff: std::time::Duration::from_millis(500),
         max_backoff: std::time::Duration::from_secs(300),
+        silent_node_after: (!args.silent_node_after.is_zero()).then_some(args.silent_node_after),
     };
     controller::run(
         Clients { watch, write },

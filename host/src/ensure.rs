@@ -44,6 +44,9 @@ impl std::fmt::Display for EnsureReport {
                     ActionOutcome::ReplacedMeanwhile => {
                         " (skipped: replaced by another object in the meantime)"
                     }
+                    ActionOutcome::NamespaceTerminating => {
+                        " (skipped: the namespace is being deleted)"
+                    }
                 };
                 writeln!(f, "  {}{note}", a.action)?;
             }

@@ -66,11 +66,16 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
-/// What `jumppod run` uses. It never creates ReplicaSets or namespaces and never reads
-/// Secrets: it watches, deletes finished pods and old Services, recreates Services, surges a
-/// ReplicaSet whose pod's node goes away (patch: its replicas; the pod's retiring mark), and
-/// reports through Events (events.k8s.io, written by `controller::events`: create, then patch
-/// for a repeated event's series). Nodes are watched cluster-wide, whatever namespaces are.
+/// What `jumppod run` uses. It never creates ReplicaSets or namespaces: it watches, deletes
+/// finished pods and old Services, recreates Services, surges a ReplicaSet whose pod's node goes
+/// away (patch: its replicas; the pod's retiring mark), makes a released dstack server's bare
+/// jump pod again under its name and a standby beside it (pods create; delete, with a grace
+/// period of 0 off a node found lost), writes the keys of the project's live jobs into the
+/// users' keys Secret (secrets get, create, patch: `<name>-authorized-keys` only, but RBAC
+/// cannot name objects for create), and reports through Events (events.k8s.io, written by
+/// `controller::events`: create, then patch for a repeated event's series). Nodes are watched
+/// cluster-wide, whatever namespaces are, and their Leases in `kube-node-lease`
+/// ([`NODE_LEASE_RULES`]).
 pub const CONTROLLER_RULES: &[Rule] = &[
     Rule {
         group: "apps",
@@ -87,7 +92,13 @@ pub const CONTROLLER_RULES: &[Rule] = &[
     Rule {
         group: "",
         resource: "pods",
-        verbs: &["list", "watch", "delete", "patch"],
+        verbs: &["list", "watch", "create", "delete", "patch"],
+        cluster: false,
+    },
+    Rule {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "create", "patch"],
         cluster: false,
     },
     Rule {
@@ -103,6 +114,18 @@ pub const CONTROLLER_RULES: &[Rule] = &[
         cluster: true,
     },
 ];
+
+/// The namespace where kubelets renew their nodes' Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// What `jumppod run` reads in [`NODE_LEASE_NAMESPACE`]: which node stopped renewing its Lease
+/// (`--silent-node-after`), so that its jump pod is replaced before the node-lifecycle
+/// controller finds it lost.
+pub fn node_lease_rules() -> Vec<Value> {
+    vec![
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "watch"]}),
+    ]
+}
 
 /// The Lease `jumppod run` elects its leader with, unless `--lease-name` says otherwise.
 pub const LEASE_NAME: &str = "jumppod";
@@ -249,6 +272,18 @@ pub fn controller_objects(
     let mut namespaced = if own_watched { rules } else { Vec::new() };
     namespaced.extend(lease_rules(LEASE_NAME));
     objects.extend(role(namespace, namespaced));
+    // The nodes' Leases, in their namespace, whatever the namespaces watched.
+    let leases_name = format!("jumppod-controller-{namespace}-{service_account}");
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": leases_name, "namespace": NODE_LEASE_NAMESPACE}, "rules": node_lease_rules(),
+    }));
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": leases_name, "namespace": NODE_LEASE_NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": leases_name},
+        "subjects": subject,
+    }));
     // Nodes are cluster-scoped: whatever the namespaces, a ClusterRole of their own.
     let nodes_name = format!("jumppod-controller-nodes-{namespace}-{service_account}");
     objects.push(json!({
@@ -377,6 +412,8 @@ mod tests {
                 "ServiceAccount",
                 "Role",
                 "RoleBinding",
+                "Role",
+                "RoleBinding",
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "Deployment"
@@ -388,9 +425,15 @@ mod tests {
             rules[0],
             json!({"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list", "watch", "patch"]})
         );
-        // Whatever the namespaces, nodes in a ClusterRole of their own, read only.
+        // Whatever the namespaces, the nodes' Leases read in their namespace, and the nodes in
+        // a ClusterRole of their own, read only.
+        assert_eq!(objects[3]["metadata"]["namespace"], NODE_LEASE_NAMESPACE);
         assert_eq!(
             objects[3]["rules"],
+            json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "watch"]}])
+        );
+        assert_eq!(
+            objects[5]["rules"],
             json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}])
         );
         assert_eq!(
@@ -399,7 +442,7 @@ mod tests {
                     "resourceNames": ["jumppod"], "verbs": ["get", "update"]})
         );
         assert_eq!(
-            objects[5]["spec"]["template"]["spec"]["containers"][0]["args"],
+            objects[7]["spec"]["template"]["spec"]["containers"][0]["args"],
             json!(["run", "--namespace", "ops", "--listen", "0.0.0.0:8080"])
         );
     }
@@ -427,6 +470,8 @@ mod tests {
                 ("RoleBinding", "dstack-staging"),
                 ("Role", "ops"),
                 ("RoleBinding", "ops"),
+                ("Role", "kube-node-lease"),
+                ("RoleBinding", "kube-node-lease"),
                 ("ClusterRole", ""),
                 ("ClusterRoleBinding", ""),
                 ("Deployment", "ops"),
@@ -442,7 +487,7 @@ mod tests {
             json!([{"kind": "ServiceAccount", "name": "jumppod", "namespace": "ops"}])
         );
         assert_eq!(
-            objects[9]["spec"]["template"]["spec"]["containers"][0]["args"],
+            objects[11]["spec"]["template"]["spec"]["containers"][0]["args"],
             json!([
                 "run",
                 "--namespace",
@@ -479,6 +524,8 @@ mod tests {
                 "ServiceAccount",
                 "ClusterRole",
                 "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
                 "Role",
                 "RoleBinding",
                 "ClusterRole",

@@ -3,7 +3,7 @@
 
 use crate::objects::{name_of, node_port};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use serde::{Serialize, Serializer};
 use std::fmt;
 
@@ -43,6 +43,33 @@ pub enum Action {
         surged_from: Option<i32>,
         why: String,
     },
+    /// Creates a pod: a bare jump pod made again under its name, or its standby
+    /// ([`crate::keeper`]).
+    CreatePod {
+        pod: Box<Pod>,
+        why: String,
+    },
+    /// Deletes a standby the jump pod no longer needs ([`crate::keeper`]), only if it still has
+    /// this uid; it hands over like any jump pod.
+    DeleteStandby {
+        name: String,
+        uid: String,
+        why: String,
+    },
+    /// Deletes a jump pod on a node that stopped renewing its Lease, only if it still has this
+    /// uid, once its standby serves: a terminating pod is no longer a ready endpoint.
+    MovePodOff {
+        name: String,
+        uid: String,
+        why: String,
+    },
+    /// Deletes a pod at once (grace period 0), only if it still has this uid: a pod on a node
+    /// found lost, whose kubelet will never confirm a graceful deletion.
+    ForceDeletePod {
+        name: String,
+        uid: String,
+        why: String,
+    },
 }
 
 impl fmt::Display for Action {
@@ -76,6 +103,12 @@ impl fmt::Display for Action {
                 why,
                 ..
             } => write!(f, "scale replicaset {name} to {replicas} ({why})"),
+            Action::CreatePod { pod, why } => write!(f, "create pod {} ({why})", shown(pod)),
+            Action::DeleteStandby { name, why, .. } => write!(f, "delete standby {name} ({why})"),
+            Action::MovePodOff { name, why, .. } => write!(f, "delete pod {name} ({why})"),
+            Action::ForceDeletePod { name, why, .. } => {
+                write!(f, "force-delete pod {name} ({why})")
+            }
         }
     }
 }
@@ -343,6 +376,34 @@ enum ActionRecord<'a> {
         surged_from: Option<i32>,
         why: &'a str,
     },
+    CreatePod {
+        name: String,
+        why: &'a str,
+    },
+    DeleteStandby {
+        name: &'a str,
+        uid: &'a str,
+        why: &'a str,
+    },
+    MovePodOff {
+        name: &'a str,
+        uid: &'a str,
+        why: &'a str,
+    },
+    ForceDeletePod {
+        name: &'a str,
+        uid: &'a str,
+        why: &'a str,
+    },
+}
+
+/// A pod to create by its name, or its generated name's prefix.
+fn shown(pod: &Pod) -> String {
+    match (&pod.metadata.name, &pod.metadata.generate_name) {
+        (Some(name), _) => name.clone(),
+        (None, Some(prefix)) => format!("{prefix}<generated>"),
+        (None, None) => String::new(),
+    }
 }
 
 impl Serialize for Action {
@@ -378,6 +439,17 @@ impl Serialize for Action {
                 surged_from: *surged_from,
                 why,
             },
+            Action::CreatePod { pod, why } => ActionRecord::CreatePod {
+                name: shown(pod),
+                why,
+            },
+            Action::DeleteStandby { name, uid, why } => {
+                ActionRecord::DeleteStandby { name, uid, why }
+            }
+            Action::MovePodOff { name, uid, why } => ActionRecord::MovePodOff { name, uid, why },
+            Action::ForceDeletePod { name, uid, why } => {
+                ActionRecord::ForceDeletePod { name, uid, why }
+            }
         };
         record.serialize(serializer)
     }

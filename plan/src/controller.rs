@@ -12,7 +12,7 @@ use crate::config::{ConfigError, RawConfig};
 use crate::manifest::Desired;
 use crate::objects::{is_ready, name_of, node_port};
 use crate::planner::{self, Observed};
-use crate::surge;
+use crate::{grants, keeper, surge};
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
@@ -64,6 +64,15 @@ impl ProjectKey {
         let Some(ns) = pod.metadata.namespace.as_deref() else {
             return Vec::new();
         };
+        // A dstack job pod: the keys it was granted belong to its project's jump pod.
+        if let Some(project) = grants::job_project(pod) {
+            let name = format!(
+                "{}{project}{}",
+                schema::NAME_PREFIX,
+                schema::JUMP_POD_SUFFIX
+            );
+            return ProjectKey::of_name(ns, &name).into_iter().collect();
+        }
         let instance = pod
             .metadata
             .labels
@@ -93,7 +102,12 @@ pub fn observed<'a>(
 ) -> Observed {
     let mut bare_pod = None;
     let mut instance_pods = Vec::new();
+    let mut job_pods = Vec::new();
     for pod in pods {
+        if grants::job_project(pod) == Some(key.project()) {
+            job_pods.push(pod.clone());
+            continue;
+        }
         if name_of(&pod.metadata) == key.name {
             bare_pod = Some(pod.clone());
         }
@@ -115,8 +129,12 @@ pub fn observed<'a>(
         looked_further: true,
         bare_pod,
         pods: instance_pods,
-        // Filled by the caller that watches nodes.
+        // Filled by the caller that watches nodes and remembers.
         leaving_nodes: BTreeMap::new(),
+        silent_nodes: BTreeMap::new(),
+        lost_nodes: BTreeMap::new(),
+        job_pods,
+        remembered_pod: None,
     }
 }
 
@@ -165,6 +183,10 @@ pub struct Decision {
     pub actions: Vec<Action>,
     pub findings: Vec<Finding>,
     pub state: State,
+    /// The bare jump pod to remember, to make it again from ([`keeper::template`]).
+    pub remember: Option<Pod>,
+    /// The users' keys the project's live jobs were granted ([`grants::granted`]).
+    pub granted: BTreeMap<String, String>,
 }
 
 /// `template`: the controller's configuration (resources, image, placement, policy settings);
@@ -190,9 +212,15 @@ pub fn decide(
             Action::CreateNamespace(_) | Action::CreateReplicaSet(_) => false,
             Action::DeletePod { .. } => true,
             Action::DeleteService { .. } | Action::CreateService { .. } => has_rs,
-            Action::RetirePod { .. } | Action::ScaleReplicaSet { .. } => true,
+            Action::RetirePod { .. }
+            | Action::ScaleReplicaSet { .. }
+            | Action::CreatePod { .. }
+            | Action::DeleteStandby { .. }
+            | Action::MovePodOff { .. }
+            | Action::ForceDeletePod { .. } => true,
         })
         .collect();
+    let nodes = trouble(observed);
     // Only a ReplicaSet of the current schema is surged (a foreign one is reported instead).
     if let Some(rs) = &observed.replicaset
         && !plan
@@ -200,14 +228,60 @@ pub fn decide(
             .iter()
             .any(|f| matches!(f, Finding::ForeignReplicaSet { .. }))
     {
-        actions.extend(surge::decide(rs, &observed.pods, &observed.leaving_nodes));
+        actions.extend(surge::decide(rs, &observed.pods, &nodes.going()));
+        actions.extend(off_lost_nodes(observed, &nodes));
+    }
+    let remember = keeper::template(observed, observed.remembered_pod.as_ref());
+    if keeper::keeps(observed).is_ok() && remember.is_some() {
+        // The keeper deletes a finished bare pod itself, and makes it again.
+        actions.retain(|a| !matches!(a, Action::DeletePod { .. }));
+        actions.extend(keeper::decide(
+            &key.name,
+            observed,
+            remember.as_ref(),
+            &nodes,
+        ));
     }
     let state = state_of(observed, &plan.findings);
     Ok(Decision {
         actions,
         findings: plan.findings,
         state,
+        remember,
+        granted: grants::granted(&observed.job_pods),
     })
+}
+
+/// The nodes of the project's pods that cannot be counted on.
+pub fn trouble(observed: &Observed) -> keeper::NodeTrouble {
+    keeper::NodeTrouble {
+        leaving: observed.leaving_nodes.clone(),
+        silent: observed.silent_nodes.clone(),
+        lost: observed.lost_nodes.clone(),
+    }
+}
+
+/// A ReplicaSet's pod on a node found lost is not Ready, so the surge leaves it, and the
+/// ReplicaSet controller counts it until the taint manager evicts it (300 s by default):
+/// deleted, it stops counting and is replaced at once. It stays terminating until its node
+/// answers or is removed.
+fn off_lost_nodes(observed: &Observed, nodes: &keeper::NodeTrouble) -> Vec<Action> {
+    observed
+        .pods
+        .iter()
+        .filter(|p| crate::objects::is_active(p) && crate::objects::controller_of(p).is_some())
+        .filter_map(|pod| {
+            let node = pod.spec.as_ref()?.node_name.as_deref()?;
+            let why = nodes.lost.get(node)?;
+            Some(Action::MovePodOff {
+                name: name_of(&pod.metadata).to_owned(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                why: format!(
+                    "its node {node} {why}: the ReplicaSet replaces it once it is deleted"
+                ),
+            })
+        })
+        .collect()
 }
 
 fn state_of(observed: &Observed, findings: &[Finding]) -> State {
@@ -239,6 +313,7 @@ pub fn gone(observed: &Observed) -> bool {
         && observed.service.is_none()
         && observed.bare_pod.is_none()
         && observed.pods.is_empty()
+        && observed.job_pods.is_empty()
 }
 
 /// The projects the controller counts, and how each stands: what the `jumppod_projects` gauge
@@ -366,6 +441,11 @@ pub fn applied_note(action: &Action) -> Note {
             ..
         } => "SurgeStarted",
         Action::ScaleReplicaSet { .. } => "SurgeEnded",
+        Action::CreatePod { pod, .. } if pod.metadata.name.is_some() => "JumpPodRecreated",
+        Action::CreatePod { .. } => "StandbyCreated",
+        Action::DeleteStandby { .. } => "StandbyDeleted",
+        Action::MovePodOff { .. } => "MovedOffSilentNode",
+        Action::ForceDeletePod { .. } => "LostPodDeleted",
     };
     note(Severity::Normal, reason, format!("{action}"))
 }
@@ -440,20 +520,35 @@ pub fn regarding(observed: &Observed) -> Option<ObjectReference> {
 }
 
 /// What the cache keeps of a pod: the planner reads its metadata and status, and of its spec
-/// (the largest part) only the node. Managed fields go from every cached object.
+/// (the largest part) only the node, but for a bare jump pod or its standby, whose whole spec
+/// the keeper makes it again from, and a job pod, of which only the keys it was granted are
+/// kept. Managed fields go from every cached object.
 pub fn slim_pod(pod: &mut Pod) {
-    // The node alone: the surge asks whether it is going away.
-    pod.spec = pod
-        .spec
-        .take()
-        .map(|spec| k8s_openapi::api::core::v1::PodSpec {
-            node_name: spec.node_name,
-            ..Default::default()
-        });
+    if grants::job_project(pod).is_some() {
+        grants::slim_job_pod(pod);
+        return;
+    }
     pod.metadata.managed_fields = None;
-    if let Some(a) = pod.metadata.annotations.as_mut() {
-        // jumppod's own, and the deletion cost the surge reads beside its retiring mark.
-        a.retain(|k, _| k.starts_with("jumppod.") || k == surge::DELETION_COST_ANNOTATION);
+    let whole = crate::objects::controller_of(pod).is_none()
+        && (ProjectKey::of_name(
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            name_of(&pod.metadata),
+        )
+        .is_some()
+            || crate::objects::annotation(&pod.metadata, keeper::STANDBY_ANNOTATION).is_some());
+    if !whole {
+        // The node alone: the surge asks whether it is going away.
+        pod.spec = pod
+            .spec
+            .take()
+            .map(|spec| k8s_openapi::api::core::v1::PodSpec {
+                node_name: spec.node_name,
+                ..Default::default()
+            });
+        if let Some(a) = pod.metadata.annotations.as_mut() {
+            // jumppod's own, and the deletion cost the surge reads beside its retiring mark.
+            a.retain(|k, _| k.starts_with("jumppod.") || k == surge::DELETION_COST_ANNOTATION);
+        }
     }
 }
 

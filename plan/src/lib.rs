@@ -13,7 +13,9 @@
 //! - [`findings`]: what the scheduler, the ReplicaSet controller and the kubelet report;
 //! - [`planner`]: observed objects in, a plan out (and drift of the template);
 //! - [`keys`]: the Secret of users' keys: the one write a change needs;
+//! - [`grants`]: the keys dstack granted to live jobs, read from their pods, kept in that Secret;
 //! - [`surge`]: a pod on a node going away replaced before it goes;
+//! - [`keeper`]: a released dstack server's bare jump pod made again under its name, and its standby;
 //! - [`controller`]: `jumppod run`'s decisions per project;
 //! - [`lease`]: the leader election's step (client-go's semantics).
 
@@ -22,6 +24,8 @@ pub mod config;
 pub mod controller;
 pub mod error;
 pub mod findings;
+pub mod grants;
+pub mod keeper;
 pub mod keys;
 pub mod lease;
 pub mod manifest;

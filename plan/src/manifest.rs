@@ -112,6 +112,20 @@ pub fn grace_period_seconds(config: &Config) -> i64 {
     i64::from(HANDOVER_SECONDS) + i64::from(config.session_drain_seconds)
 }
 
+/// Whether a ReplicaSet is dstack's own (its ReplicaSet change), not `ensure`'s: its container
+/// runs dstack's command, which dstack writes as `command: ["/bin/sh"]` and `args: ["-c",
+/// "<steps joined by ' && '>"]` (`_create_jump_pod_service_if_not_exists`), where `ensure`
+/// puts its start script into `command`. Its template is dstack's to decide: no drift is
+/// reported against it; it is surged like any jump-pod ReplicaSet.
+pub fn is_dstacks_own(rs: &ReplicaSet) -> bool {
+    crate::objects::template_spec(rs)
+        .and_then(|spec| spec.containers.first())
+        .is_some_and(|c| {
+            c.command.as_deref() == Some(&["/bin/sh".to_owned()][..])
+                && c.args.as_ref().and_then(|a| a.first()).map(String::as_str) == Some("-c")
+        })
+}
+
 /// The three objects of one project's jump pod, built once from the configuration: the planner
 /// compares what it observes with these, and the executor writes them.
 #[derive(Clone, Debug, PartialEq)]

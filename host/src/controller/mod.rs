@@ -10,6 +10,7 @@
 
 mod events;
 mod lease;
+mod leases;
 mod metrics;
 mod queue;
 mod reconcile;
@@ -59,6 +60,9 @@ pub struct Options {
     /// First retry delay of a failing project; doubles up to `max_backoff`, with jitter.
     pub backoff: Duration,
     pub max_backoff: Duration,
+    /// A node whose Lease is not renewed for this long is silent: its jump pod is replaced
+    /// before the node-lifecycle controller finds it lost. None: only once it does.
+    pub silent_node_after: Option<Duration>,
 }
 
 /// The two clients: `watch` with a watch's read timeout, `write` with the per-request one.
@@ -274,8 +278,16 @@ async fn control(
 ) -> Result<(), HostError> {
     let write = fence.guard(clients.write.clone());
     let watch_nodes = watches::may_watch_nodes(&clients.watch).await;
-    let (caches, streams) =
-        watches::start(&clients.watch, options.namespaces.as_deref(), watch_nodes);
+    let silent_after = match options.silent_node_after {
+        Some(after) if leases::may_watch(&clients.watch).await => Some(after),
+        _ => None,
+    };
+    let (caches, streams) = watches::start(
+        &clients.watch,
+        options.namespaces.as_deref(),
+        watch_nodes,
+        silent_after,
+    );
     let (tx, rx) = mpsc::unbounded_channel();
     let forward = {
         let tx = tx.clone();

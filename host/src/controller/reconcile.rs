@@ -10,9 +10,9 @@ use crate::error::HostError;
 use jumppod_plan::config::RawConfig;
 use jumppod_plan::controller::{self as decisions, Note, ProjectKey, SeenPort, Severity, State};
 use jumppod_plan::planner::Observed;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::{Api, Client};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,10 @@ pub(super) struct Memory {
     /// Notes published for what is still the case.
     published: BTreeSet<Note>,
     port: Option<SeenPort>,
+    /// The bare jump pod as last seen whole: what the keeper makes it again from.
+    remembered: Option<Pod>,
+    /// The users' keys of the live jobs the Secret was last made to hold; None: not yet.
+    granted: Option<BTreeMap<String, String>>,
 }
 
 pub(super) struct Context {
@@ -43,7 +47,7 @@ pub(super) async fn reconcile(
     mut mem: Memory,
 ) -> (Memory, Result<Option<State>, HostError>) {
     let started = Instant::now();
-    let observed = ctx.caches.observed(key);
+    let observed = ctx.caches.observed(key, mem.remembered.as_ref());
     if decisions::gone(&observed) {
         return (mem, Ok(None));
     }
@@ -62,18 +66,50 @@ pub(super) async fn reconcile(
                 return Ok(State::Invalid);
             }
         };
+        mem.remembered = decision.remember.clone();
         let kube = Kube::new(ctx.write.clone(), ctx.timeout);
         let applied = apply(&kube, &key.namespace, &decision.actions).await?;
+        // The keys of the live jobs, into the Secret every jump pod merges: read and written
+        // only when they changed since the last write (or were never written and there are some).
+        let granted = &decision.granted;
+        if mem
+            .granted
+            .as_ref()
+            .map_or(!granted.is_empty(), |g| g != granted)
+        {
+            if crate::keys::grant(&kube, key, granted).await? {
+                tracing::info!(
+                    keys = granted.len(),
+                    "the users' keys of the live jobs written"
+                );
+                ctx.metrics
+                    .actions
+                    .get_or_create(&ActionLabel {
+                        action: "grant-keys",
+                    })
+                    .inc();
+            }
+            mem.granted = Some(granted.clone());
+        }
         for a in &applied {
             ctx.metrics
                 .actions
                 .get_or_create(&ActionLabel {
-                    action: match a.action {
+                    action: match &a.action {
                         jumppod_plan::action::Action::DeletePod { .. } => "delete-pod",
                         jumppod_plan::action::Action::DeleteService { .. } => "delete-service",
                         jumppod_plan::action::Action::CreateService { .. } => "create-service",
                         jumppod_plan::action::Action::RetirePod { .. } => "retire-pod",
                         jumppod_plan::action::Action::ScaleReplicaSet { .. } => "scale-replicaset",
+                        jumppod_plan::action::Action::CreatePod { pod, .. }
+                            if pod.metadata.name.is_some() =>
+                        {
+                            "recreate-pod"
+                        }
+                        jumppod_plan::action::Action::CreatePod { .. } => "create-standby",
+                        jumppod_plan::action::Action::DeleteStandby { .. } => "delete-standby",
+                        jumppod_plan::action::Action::MovePodOff { .. } => "move-pod-off",
+                        jumppod_plan::action::Action::ForceDeletePod { .. } => "force-delete-pod",
                         _ => "other",
                     },
                 })

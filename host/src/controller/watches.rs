@@ -23,6 +23,7 @@ pub(super) fn start(
     client: &Client,
     namespaces: Option<&[String]>,
     watch_nodes: bool,
+    silent_after: Option<std::time::Duration>,
 ) -> (
     Caches,
     impl Stream<Item = Result<Vec<Trigger>, watcher::Error>> + Send + Unpin + use<>,
@@ -34,6 +35,7 @@ pub(super) fn start(
     let mut caches = Caches {
         scopes: Vec::new(),
         nodes: None,
+        silence: None,
     };
     let mut streams = Vec::new();
     for ns in scopes {
@@ -45,6 +47,11 @@ pub(super) fn start(
         let (nodes, stream) = start_nodes(client);
         caches.nodes = Some(nodes);
         streams.push(stream);
+    }
+    if let Some(after) = silent_after {
+        let (silence, stream) = super::leases::start(client, after);
+        caches.silence = Some(silence);
+        streams.push(stream.boxed());
     }
     (caches, futures::stream::select_all(streams))
 }
@@ -87,12 +94,12 @@ fn start_nodes(
         .default_backoff()
         .map_ok(|event| event.modify(slim_node));
     // A node's status changes every few minutes: only a change of whether it is going away
-    // makes a reconcile.
-    let mut seen: HashMap<String, Option<String>> = HashMap::new();
+    // or lost makes a reconcile.
+    let mut seen: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
     let stream = reflector::reflector(writer, events).map_ok(move |event| match event {
         watcher::Event::Apply(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            let now = jumppod_plan::surge::leaving(&node);
+            let now = (jumppod_plan::surge::leaving(&node), lost(&node));
             match seen.insert(name.clone(), now.clone()) {
                 Some(before) if before == now => Vec::new(),
                 _ => vec![Trigger::Node(name)],
@@ -105,7 +112,7 @@ fn start_nodes(
         }
         watcher::Event::InitApply(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            seen.insert(name, jumppod_plan::surge::leaving(&node));
+            seen.insert(name, (jumppod_plan::surge::leaving(&node), lost(&node)));
             Vec::new()
         }
         watcher::Event::InitDone => vec![Trigger::All],
@@ -114,12 +121,37 @@ fn start_nodes(
     (nodes, stream.boxed())
 }
 
-/// Of a node, what [`jumppod_plan::surge::leaving`] reads: its name, `unschedulable` and taints.
+/// Why a node is lost, if the node-lifecycle controller found it so: its Ready condition is not
+/// True (Unknown once its kubelet stopped posting, False when the kubelet says so).
+pub(super) fn lost(node: &Node) -> Option<String> {
+    let ready = node
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")?;
+    (ready.status != "True").then(|| {
+        let reason = ready.reason.as_deref().unwrap_or("no reason given");
+        format!("is not Ready ({}: {reason})", ready.status)
+    })
+}
+
+/// Of a node, what [`jumppod_plan::surge::leaving`] and [`lost`] read: its name,
+/// `unschedulable`, taints and Ready condition.
 fn slim_node(node: &mut Node) {
     node.metadata.managed_fields = None;
     node.metadata.annotations = None;
     node.metadata.labels = None;
-    node.status = None;
+    node.status = node
+        .status
+        .take()
+        .map(|status| k8s_openapi::api::core::v1::NodeStatus {
+            conditions: status
+                .conditions
+                .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            ..Default::default()
+        });
     node.spec = node
         .spec
         .take()
@@ -200,6 +232,8 @@ pub(super) struct Caches {
     scopes: Vec<Scope>,
     /// Every node, when RBAC allows watching them.
     nodes: Option<Store<Node>>,
+    /// Which nodes stopped renewing their Lease, when RBAC allows watching them.
+    silence: Option<std::sync::Arc<super::leases::Silence>>,
 }
 
 /// The caches of one namespace (None: of every namespace).
@@ -251,7 +285,10 @@ impl Caches {
         })
     }
 
-    pub(super) fn observed(&self, key: &ProjectKey) -> Observed {
+    /// What the caches hold of `key`'s project, with what the controller remembers of its bare
+    /// jump pod (`remembered`): that pod's node counts among the project's nodes when the pod is
+    /// gone, so a pod made again stays off it while it is in trouble.
+    pub(super) fn observed(&self, key: &ProjectKey, remembered: Option<&Pod>) -> Observed {
         let scope = self
             .scopes
             .iter()
@@ -278,20 +315,37 @@ impl Caches {
             })
             .unwrap_or_default();
         let mut observed = decisions::observed(key, rs, svc, pods.iter().map(|p| p.as_ref()));
-        observed.leaving_nodes = self.leaving(&observed.pods);
+        let mut ours: Vec<&Pod> = observed.pods.iter().collect();
+        ours.extend(observed.bare_pod.as_ref());
+        ours.extend(remembered);
+        let nodes: BTreeSet<&str> = ours.iter().filter_map(|p| node_of(p)).collect();
+        observed.leaving_nodes = self.nodes_where(&nodes, jumppod_plan::surge::leaving);
+        observed.lost_nodes = self.nodes_where(&nodes, lost);
+        if let Some(silence) = &self.silence {
+            observed.silent_nodes = silence
+                .silent()
+                .into_iter()
+                .filter(|(n, _)| nodes.contains(n.as_str()))
+                .collect();
+        }
+        observed.remembered_pod = remembered.cloned();
         observed
     }
 
-    /// The nodes of `pods` that are going away, and why.
-    fn leaving(&self, pods: &[Pod]) -> BTreeMap<String, String> {
+    /// Of `names`, the nodes for which `why` says something, and what.
+    fn nodes_where(
+        &self,
+        names: &BTreeSet<&str>,
+        why: fn(&Node) -> Option<String>,
+    ) -> BTreeMap<String, String> {
         let Some(nodes) = &self.nodes else {
             return BTreeMap::new();
         };
-        pods.iter()
-            .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+        names
+            .iter()
             .filter_map(|name| {
                 let node = nodes.get(&ObjectRef::new(name))?;
-                Some((name.to_owned(), jumppod_plan::surge::leaving(&node)?))
+                Some(((*name).to_owned(), why(&node)?))
             })
             .collect()
     }
@@ -356,6 +410,10 @@ where
         watcher::Event::InitDone => vec![Trigger::All],
         watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
     })
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>

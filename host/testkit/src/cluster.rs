@@ -513,12 +513,27 @@ pub async fn grant_cluster_wide(admin: &Kube, rules: &[Rule], ns: &str, user: &s
     .await
 }
 
+/// What `jumppod rbac --controller` prints for a controller watching `ns` (its Roles there and
+/// in `kube-node-lease`, the nodes' ClusterRole), bound to `user` instead of the ServiceAccount.
+pub async fn grant_controller(admin: &Kube, ns: &str, user: &str) {
+    let objects = rbac::controller_objects(ns, "jumppod", rbac::Watched::Own, "unused")
+        .into_iter()
+        .filter(|o| !matches!(o["kind"].as_str(), Some("ServiceAccount" | "Deployment")))
+        .collect();
+    apply_bound_to(admin, objects, ns, user).await
+}
+
 async fn apply_bound_to(admin: &Kube, objects: Vec<Value>, ns: &str, user: &str) {
     let subject = json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
     for mut object in objects {
         if object.get("subjects").is_some() {
             object["subjects"] = subject.clone();
         }
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(ns)
+            .to_owned();
+        let ns = ns.as_str();
         let name = object["metadata"]["name"].as_str().unwrap().to_owned();
         let c = admin.client.clone();
         let params = PatchParams::apply("jumppod-tests").force();

@@ -85,9 +85,13 @@ fn the_caches_give_the_planner_the_bare_pod_and_the_instance_pods() {
     State::Upgrading)]
 #[case::a_missing_replicaset_is_never_created(
     None, Some(current_svc(31022)), vec![], &[], State::NoReplicaSet)]
-#[case::without_a_replicaset_only_a_finished_bare_pod_is_deleted(
-    None, Some(legacy_svc(30555)), vec![bare_pod("Failed", false)],
+#[case::without_a_replicaset_or_service_only_a_finished_bare_pod_is_deleted(
+    None, None, vec![bare_pod("Failed", false)],
     &["delete pod dstack-main-ssh-jump-pod"], State::NoReplicaSet)]
+#[case::without_a_replicaset_the_keeper_deletes_a_finished_bare_pod_once_and_makes_a_standby(
+    None, Some(legacy_svc(30555)), vec![bare_pod("Failed", false)],
+    &["create pod dstack-main-ssh-jump-pod-standby-<generated>", "delete pod dstack-main-ssh-jump-pod"],
+    State::NoReplicaSet)]
 #[case::a_missing_service_of_a_replicaset_is_created(
     Some(rs(1)), None, vec![ready_pod()],
     &["create service dstack-main-ssh-jump-pod-service"], State::Pending)]
@@ -252,4 +256,169 @@ fn a_project_with_any_object_left_is_not_gone(
     #[case] pods: Vec<Pod>,
 ) {
     assert!(!gone(&observed(&key(), rs, svc, pods.iter())));
+}
+
+/// `ready_pod` on `node`.
+fn ready_on(node: &str) -> Pod {
+    let mut pod = ready_pod();
+    pod.metadata.uid = Some("rs-pod-uid".into());
+    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.into());
+    pod
+}
+
+/// dstack's own ReplicaSet (its ReplicaSet change): its template is dstack's pod, its command
+/// `/bin/sh` with `-c` and the steps as arguments, and no resources.
+fn dstacks_rs() -> ReplicaSet {
+    let mut rs = rs(1);
+    let container = &mut rs
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0];
+    container.command = Some(vec!["/bin/sh".into()]);
+    container.args = Some(vec![
+        "-c".into(),
+        "mkdir -p ~/.ssh && /usr/sbin/sshd -D -e -p 22".into(),
+    ]);
+    container.resources = None;
+    rs
+}
+
+#[test]
+fn dstacks_own_replicaset_is_not_drift_but_is_surged_off_a_cordoned_node() {
+    let mut observed = observed(
+        &key(),
+        Some(dstacks_rs()),
+        Some(current_svc(31022)),
+        [ready_on("a")].iter(),
+    );
+    assert!(crate::manifest::is_dstacks_own(
+        observed.replicaset.as_ref().unwrap()
+    ));
+    let steady = decide(&template(), &key(), &observed).unwrap();
+    assert!(
+        steady
+            .findings
+            .iter()
+            .all(|f| !matches!(f, Finding::Drift { .. })),
+        "{:?}",
+        steady.findings
+    );
+    assert_eq!(steady.state, State::Ready);
+    observed.leaving_nodes = BTreeMap::from([("a".into(), "is cordoned".into())]);
+    assert_eq!(
+        kinds(&decide(&template(), &key(), &observed).unwrap()),
+        [
+            "mark pod dstack-main-ssh-jump-pod-x7k2q retiring",
+            "scale replicaset dstack-main-ssh-jump-pod to 2"
+        ]
+    );
+}
+
+#[test]
+fn ensures_replicaset_with_another_command_is_still_drift() {
+    let mut rs = rs(1);
+    rs.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .command = Some(vec!["/bin/sh".into(), "-c".into(), "exec sshd -D".into()]);
+    assert!(!crate::manifest::is_dstacks_own(&rs));
+    let observed = observed(
+        &key(),
+        Some(rs),
+        Some(current_svc(31022)),
+        [ready_on("a")].iter(),
+    );
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert!(
+        decision
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::Drift { .. }))
+    );
+}
+
+#[test]
+fn a_node_that_stopped_renewing_its_lease_is_surged_off_like_a_cordoned_one() {
+    let mut observed = observed(
+        &key(),
+        Some(rs(1)),
+        Some(current_svc(31022)),
+        [ready_on("a")].iter(),
+    );
+    observed.silent_nodes =
+        BTreeMap::from([("a".into(), "has not renewed its Lease for 25 s".into())]);
+    assert_eq!(
+        kinds(&decide(&template(), &key(), &observed).unwrap()),
+        [
+            "mark pod dstack-main-ssh-jump-pod-x7k2q retiring",
+            "scale replicaset dstack-main-ssh-jump-pod to 2"
+        ]
+    );
+}
+
+#[test]
+fn a_replicaset_pod_on_a_node_found_lost_is_deleted_so_that_it_is_replaced_at_once() {
+    let mut lost = ready_on("a");
+    lost.status = Some(typed(serde_json::json!({"phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False"}]})));
+    let mut observed = observed(&key(), Some(rs(1)), Some(current_svc(31022)), [lost].iter());
+    observed.lost_nodes = BTreeMap::from([("a".into(), "is lost (Ready Unknown)".into())]);
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert_eq!(
+        kinds(&decision),
+        ["delete pod dstack-main-ssh-jump-pod-x7k2q"]
+    );
+    assert!(matches!(&decision.actions[0], Action::MovePodOff { uid, .. } if uid == "rs-pod-uid"));
+}
+
+#[test]
+fn job_pods_name_their_projects_jump_pod_and_bring_their_keys() {
+    let job: Pod = typed(serde_json::json!({
+        "metadata": {"name": "main-job-1", "namespace": "dstack", "labels": {
+            "app.kubernetes.io/name": "dstack-job", "app.kubernetes.io/instance": "main-job-1",
+            "k8s.dstack.ai/project": "main"}},
+        "spec": {"containers": [{"name": "c", "command": ["/bin/sh"], "args": ["-c",
+            "runner --ssh-authorized-key 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICvlFH8jdsOxLlhfXSot7CaE7yKzQ+xCNC4AlzCuWsC5 project' --ssh-authorized-key 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHeyQo/3L9deSvuZT1MzN+0KIL2DwIC+7DNGrlLtTOO2 alice'"]}]},
+        "status": {"phase": "Running"},
+    }));
+    assert_eq!(ProjectKey::of_pod(&job), vec![key()]);
+    let observed = observed(&key(), None, Some(current_svc(31022)), [job].iter());
+    assert_eq!(observed.job_pods.len(), 1);
+    assert!(observed.pods.is_empty() && observed.bare_pod.is_none());
+    assert!(
+        !gone(&observed),
+        "a project with a live job is not forgotten"
+    );
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert_eq!(decision.granted.len(), 1);
+}
+
+#[test]
+fn the_cache_keeps_the_whole_bare_pod_and_only_the_node_of_a_replicasets_pod() {
+    let mut bare = bare_pod("Running", true);
+    bare.spec = Some(typed(
+        serde_json::json!({"nodeName": "a", "containers": [{"name": "c", "image": "sshd"}]}),
+    ));
+    let mut of_rs = ready_on("a");
+    of_rs.spec.as_mut().unwrap().containers = bare.spec.as_ref().unwrap().containers.clone();
+    slim_pod(&mut bare);
+    slim_pod(&mut of_rs);
+    assert_eq!(bare.spec.unwrap().containers.len(), 1);
+    let spec = of_rs.spec.unwrap();
+    assert!(spec.containers.is_empty());
+    assert_eq!(spec.node_name.as_deref(), Some("a"));
 }

@@ -52,6 +52,14 @@ pub struct Observed {
     /// The nodes of those pods that are going away, and why ([`crate::surge::leaving`]): read
     /// by the controller only, which watches nodes.
     pub leaving_nodes: BTreeMap<String, String>,
+    /// The nodes whose kubelet has not renewed their Lease for a while, and why (controller).
+    pub silent_nodes: BTreeMap<String, String>,
+    /// The nodes the node-lifecycle controller found lost (Ready not True), and why (controller).
+    pub lost_nodes: BTreeMap<String, String>,
+    /// The project's dstack job pods (controller): the keys they were granted.
+    pub job_pods: Vec<Pod>,
+    /// The bare jump pod as the controller last saw it whole ([`crate::keeper::template`]).
+    pub remembered_pod: Option<Pod>,
 }
 
 /// The planner's answer.
@@ -84,7 +92,9 @@ pub fn plan(config: &Config, desired: &Desired, observed: &Observed) -> Plan {
                     replicaset: name.to_owned(),
                     selector: selector_text(&selector),
                 });
-            } else if let Some(drift) = drift::drift(config, desired, rs) {
+            } else if !crate::manifest::is_dstacks_own(rs)
+                && let Some(drift) = drift::drift(config, desired, rs)
+            {
                 out.findings.push(drift);
             }
             out.findings.extend(pods_refused(rs));

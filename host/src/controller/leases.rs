@@ -1,0 +1,268 @@
+//! Which nodes have gone silent: their kubelet has not renewed the node's Lease (namespace
+//! `kube-node-lease`, renewed every 10 s by default) for `--silent-node-after`. The
+//! node-lifecycle controller calls such a node lost only after its `--node-monitor-grace-period`
+//! (50 s by default), and evicts its pods after their toleration of it (300 s by default); a
+//! standby or a surged replacement made once the node is silent serves SSH again well before.
+//!
+//! A renewal is dated by this controller's clock when the watch shows it, not by the time the
+//! kubelet wrote into it, as the node-lifecycle controller does (its `probeTimestamp`): two
+//! machines' clocks need not agree.
+
+use super::watches::Trigger;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the kubelets keep their nodes' Leases.
+pub(super) const NAMESPACE: &str = "kube-node-lease";
+
+/// When each node's Lease was last seen renewed, and which nodes are silent.
+#[derive(Default)]
+pub(super) struct Silence {
+    after: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Node: its Lease's renewTime as last seen, and when that was seen.
+    renewed: HashMap<String, (Option<String>, Instant)>,
+    /// The nodes found silent, and since when their Lease was last seen renewed.
+    silent: BTreeMap<String, Instant>,
+}
+
+impl Silence {
+    /// The silent nodes, and why, by this clock.
+    pub(super) fn silent(&self) -> BTreeMap<String, String> {
+        let state = self.lock();
+        state
+            .silent
+            .iter()
+            .map(|(node, since)| {
+                let why = format!(
+                    "has not renewed its Lease for {} s (its kubelet is silent)",
+                    since.elapsed().as_secs()
+                );
+                (node.clone(), why)
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A map of instants: a panic elsewhere cannot leave it half written.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A Lease seen: its node renewed it if its renewTime changed. Names the node when it
+    /// speaks again after being silent.
+    fn seen(&self, lease: &Lease, now: Instant) -> Option<String> {
+        let node = lease.metadata.name.clone()?;
+        let renew = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0.to_string());
+        let mut state = self.lock();
+        let changed = state
+            .renewed
+            .get(&node)
+            .is_none_or(|(seen, _)| *seen != renew);
+        if changed {
+            state.renewed.insert(node.clone(), (renew, now));
+            if state.silent.remove(&node).is_some() {
+                tracing::info!(%node, "the node renews its Lease again");
+                return Some(node);
+            }
+        }
+        None
+    }
+
+    fn forget(&self, node: &str) -> Option<String> {
+        let mut state = self.lock();
+        state.renewed.remove(node);
+        state.silent.remove(node).map(|_| node.to_owned())
+    }
+
+    /// The nodes that went silent since the last look.
+    fn newly_silent(&self, now: Instant) -> Vec<String> {
+        let mut state = self.lock();
+        let State { renewed, silent } = &mut *state;
+        let mut found = Vec::new();
+        for (node, (_, at)) in renewed.iter() {
+            if now.duration_since(*at) >= self.after && !silent.contains_key(node) {
+                silent.insert(node.clone(), *at);
+                tracing::warn!(%node, after = ?self.after, "the node has not renewed its Lease: silent");
+                found.push(node.clone());
+            }
+        }
+        found
+    }
+}
+
+/// Whether the controller may watch the nodes' Leases (a Role in `kube-node-lease` that
+/// `jumppod rbac --controller` prints): without it, a lost node is known only once the
+/// node-lifecycle controller says so, and it says so once.
+pub(super) async fn may_watch(client: &Client) -> bool {
+    let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    match api
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => true,
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            tracing::warn!(
+                "cannot list the nodes' Leases in {NAMESPACE} (forbidden): a jump pod on a lost \
+                 node is replaced only once the node-lifecycle controller finds the node lost; \
+                 grant the Role `jumppod rbac --controller` prints"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the nodes' Leases yet; watching them all the same");
+            true
+        }
+    }
+}
+
+/// The watch of the nodes' Leases and a look every second for nodes gone silent; each node that
+/// goes silent or speaks again is a trigger.
+pub(super) fn start(
+    client: &Client,
+    after: Duration,
+) -> (
+    Arc<Silence>,
+    impl Stream<Item = Result<Vec<Trigger>, watcher::Error>> + Send + Unpin + use<>,
+) {
+    let silence = Arc::new(Silence {
+        after,
+        ..Silence::default()
+    });
+    let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let watched = {
+        let silence = silence.clone();
+        watcher(api, watcher::Config::default().page_size(100))
+            .default_backoff()
+            .map(move |event| {
+                let now = Instant::now();
+                event.map(|event| match event {
+                    watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => silence
+                        .seen(&lease, now)
+                        .map(Trigger::Node)
+                        .into_iter()
+                        .collect(),
+                    watcher::Event::Delete(lease) => lease
+                        .metadata
+                        .name
+                        .and_then(|n| silence.forget(&n))
+                        .map(Trigger::Node)
+                        .into_iter()
+                        .collect(),
+                    watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
+                })
+            })
+    };
+    let looks = {
+        let silence = silence.clone();
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        futures::stream::poll_fn(move |cx| every.poll_tick(cx).map(Some)).map(move |_| {
+            Ok(silence
+                .newly_silent(Instant::now())
+                .into_iter()
+                .map(Trigger::Node)
+                .collect())
+        })
+    };
+    (
+        silence,
+        futures::stream::select(watched.boxed(), looks.boxed()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn lease(node: &str, renewed: &str) -> Lease {
+        serde_json::from_value(json!({
+            "metadata": {"name": node, "namespace": NAMESPACE},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": renewed},
+        }))
+        .unwrap()
+    }
+
+    fn silence(after: u64) -> Silence {
+        Silence {
+            after: Duration::from_secs(after),
+            ..Silence::default()
+        }
+    }
+
+    #[test]
+    fn a_node_is_silent_once_its_lease_is_not_renewed_for_the_threshold() {
+        let silence = silence(20);
+        let t0 = Instant::now();
+        silence.seen(&lease("a", "2026-12-05T00:00:00.000000Z"), t0);
+        assert!(
+            silence
+                .newly_silent(t0 + Duration::from_secs(19))
+                .is_empty()
+        );
+        assert_eq!(silence.newly_silent(t0 + Duration::from_secs(20)), ["a"]);
+        assert!(
+            silence
+                .newly_silent(t0 + Duration::from_secs(21))
+                .is_empty(),
+            "named once"
+        );
+        assert!(silence.silent().contains_key("a"));
+    }
+
+    #[test]
+    fn a_renewal_seen_again_unchanged_is_not_a_renewal() {
+        let silence = silence(20);
+        let t0 = Instant::now();
+        silence.seen(&lease("a", "2026-12-05T00:00:00.000000Z"), t0);
+        // A relist shows the same Lease again: the node said nothing new.
+        silence.seen(
+            &lease("a", "2026-12-05T00:00:00.000000Z"),
+            t0 + Duration::from_secs(15),
+        );
+        assert_eq!(silence.newly_silent(t0 + Duration::from_secs(20)), ["a"]);
+    }
+
+    #[test]
+    fn a_silent_node_that_renews_again_is_named_and_no_longer_silent() {
+        let silence = silence(20);
+        let t0 = Instant::now();
+        silence.seen(&lease("a", "2026-12-05T00:00:00.000000Z"), t0);
+        silence.newly_silent(t0 + Duration::from_secs(30));
+        assert_eq!(
+            silence.seen(
+                &lease("a", "2026-12-05T00:00:31.000000Z"),
+                t0 + Duration::from_secs(31)
+            ),
+            Some("a".to_owned())
+        );
+        assert!(silence.silent().is_empty());
+    }
+
+    #[test]
+    fn a_deleted_lease_forgets_its_node() {
+        let silence = silence(20);
+        let t0 = Instant::now();
+        silence.seen(&lease("a", "2026-12-05T00:00:00.000000Z"), t0);
+        silence.newly_silent(t0 + Duration::from_secs(30));
+        assert_eq!(silence.forget("a"), Some("a".to_owned()));
+        assert!(
+            silence
+                .newly_silent(t0 + Duration::from_secs(60))
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,327 @@
+//! `jumppod run` keeps a released dstack server's bare jump pod, on the real control plane
+//! (API server, scheduler, node-lifecycle controller; the fake kubelet runs the pods): made again
+//! under its name whatever ends it, behind the same Service and NodePort, with a standby while it
+//! does not serve; and the keys of the project's live jobs kept in the users' keys Secret. The
+//! controller runs as a user of its own with exactly the rules `jumppod rbac --controller`
+//! prints. The same on real nodes, driven by dstack's own code: `dstack.rs`.
+
+use jumppod::schema;
+use jumppod_host::api::Kube;
+use jumppod_plan::keeper::{RECREATED_ANNOTATION, STANDBY_ANNOTATION};
+use jumppod_plan::objects::{annotation, is_active, is_ready};
+use jumppod_testkit::cluster::{
+    UserKind, admin, cluster_dir, evict, fresh_user, grant_controller, kubeconfig_of, namespace,
+    played_node, remove_played_nodes, typed, wait_for,
+};
+use jumppod_testkit::run::{Controller, SMALL};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const RUST_LOG: &str = "info,jumppod_host::controller=debug";
+const PROJECT: &str = "main";
+const POOL: &str = "jumppod.test/pool";
+
+/// A test's namespace, two nodes of its own that only its pods tolerate, its controller, and
+/// dstack's objects: the Service and the bare jump pod as dstack 0.22.5 makes them.
+struct Project {
+    kube: Kube,
+    ns: &'static str,
+    name: String,
+    controller: Controller,
+}
+
+impl Project {
+    async fn start(ns: &'static str) -> Project {
+        let kube = admin().await;
+        namespace(&kube, ns).await;
+        for n in ["a", "b"] {
+            let node = jumppod_sim::NodeSpec::new(&format!("{ns}-{n}"))
+                .label(POOL, ns)
+                .taint(POOL, ns, "NoSchedule");
+            played_node(&kube, ns, node.to_json()).await;
+        }
+        let user = fresh_user(UserKind::Plain);
+        grant_controller(&kube, ns, &user).await;
+        let template = cluster_dir().join(format!("keeper-{ns}.yaml"));
+        std::fs::write(&template, SMALL).unwrap();
+        let controller = Controller::watching(
+            &kubeconfig_of(&user),
+            ns,
+            &template,
+            RUST_LOG,
+            &cluster_dir().join(format!("keeper-{ns}.log")),
+        );
+        controller.leading().await;
+        Project {
+            kube,
+            ns,
+            name: schema::jump_pod_name(PROJECT),
+            controller,
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.kube.client.clone(), self.ns)
+    }
+
+    fn placement(&self) -> Value {
+        json!({
+            "nodeSelector": {POOL: self.ns},
+            "tolerations": [{"key": POOL, "operator": "Equal", "value": self.ns, "effect": "NoSchedule"}],
+        })
+    }
+
+    /// What `_create_jump_pod_service_if_not_exists` creates: the bare pod (dstack's labels,
+    /// its container and command) and the NodePort Service selecting its instance label.
+    async fn dstack_made(&self) -> (Pod, Service) {
+        let labels = schema::current_labels(&self.name, PROJECT);
+        let mut spec = json!({"containers": [{
+            "name": schema::container_name(&self.name),
+            "image": "testcontainers/sshd:1.3.0",
+            "command": ["/bin/sh"],
+            "args": ["-c", "mkdir -p ~/.ssh && chmod 700 ~/.ssh && /usr/sbin/sshd -D -e -p 22"],
+            "ports": [{"containerPort": 22}],
+        }]});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(self.placement().as_object().unwrap().clone());
+        let pod: Pod =
+            typed(json!({"metadata": {"name": self.name, "labels": labels}, "spec": spec}));
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        let svc: Service = typed(json!({
+            "metadata": {"name": schema::service_name(&self.name), "labels": labels},
+            "spec": {"type": "NodePort", "selector": schema::current_selector(&self.name),
+                     "ports": [{"port": 22, "targetPort": 22}]},
+        }));
+        let svc = Api::<Service>::namespaced(self.kube.client.clone(), self.ns)
+            .create(&PostParams::default(), &svc)
+            .await
+            .unwrap();
+        (self.ready_named(None).await, svc)
+    }
+
+    /// The pod named like the jump pod, Ready, and another than `not` (a uid).
+    async fn ready_named(&self, not: Option<&str>) -> Pod {
+        wait_for("the jump pod Ready under its name", || async {
+            let pod = self.pods().get(&self.name).await.ok()?;
+            (is_ready(&pod) && pod.metadata.uid.as_deref() != not).then_some(pod)
+        })
+        .await
+    }
+
+    async fn standbys(&self) -> Vec<Pod> {
+        let list = self.pods().list(&Default::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter(|p| annotation(&p.metadata, STANDBY_ANNOTATION).is_some())
+            .collect()
+    }
+
+    async fn service(&self) -> Service {
+        Api::<Service>::namespaced(self.kube.client.clone(), self.ns)
+            .get(&schema::service_name(&self.name))
+            .await
+            .unwrap()
+    }
+
+    /// The Events the controller published with `reason`.
+    async fn events(&self, reason: &str) -> Vec<Event> {
+        let list = Api::<Event>::namespaced(self.kube.client.clone(), self.ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        list.items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    /// Made again, Ready, its standby gone: what every scenario ends with.
+    async fn kept(&self, before: &Pod, svc: &Service) -> Pod {
+        let old = before.metadata.uid.as_deref();
+        let again = self.ready_named(old).await;
+        assert_eq!(
+            annotation(&again.metadata, RECREATED_ANNOTATION),
+            old,
+            "made by the keeper from the pod it replaces:\n{}",
+            self.controller.log()
+        );
+        let (was, now) = (before.spec.as_ref().unwrap(), again.spec.as_ref().unwrap());
+        assert_eq!(now.containers[0].command, was.containers[0].command);
+        assert_eq!(now.containers[0].args, was.containers[0].args);
+        assert_eq!(now.containers[0].image, was.containers[0].image);
+        assert_eq!(again.metadata.labels, before.metadata.labels);
+        let same = self.service().await;
+        assert_eq!(same.metadata.uid, svc.metadata.uid, "the same Service");
+        assert_eq!(
+            jumppod_plan::objects::node_port(&same),
+            jumppod_plan::objects::node_port(svc),
+            "the same NodePort"
+        );
+        wait_for("the standby gone once the jump pod serves", || async {
+            self.standbys()
+                .await
+                .iter()
+                .all(|p| !is_active(p))
+                .then_some(())
+        })
+        .await;
+        for reason in ["StandbyCreated", "JumpPodRecreated", "StandbyDeleted"] {
+            assert!(
+                !self.events(reason).await.is_empty(),
+                "a {reason} Event:\n{}",
+                self.controller.log()
+            );
+        }
+        again
+    }
+
+    async fn done(self) {
+        drop(self.controller);
+        remove_played_nodes(&self.kube, self.ns).await;
+        Api::<Namespace>::all(self.kube.client.clone())
+            .delete(self.ns, &DeleteParams::default())
+            .await
+            .expect("delete the namespace");
+    }
+}
+
+fn node_of(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_bare_jump_pod_is_made_again_under_its_name_behind_the_same_service() {
+    let project = Project::start("keep-deleted").await;
+    let (pod, svc) = project.dstack_made().await;
+    project
+        .pods()
+        .delete(&project.name, &DeleteParams::default())
+        .await
+        .unwrap();
+    project.kept(&pod, &svc).await;
+    project.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_bare_jump_pod_is_deleted_and_made_again_under_its_name() {
+    let project = Project::start("keep-evicted").await;
+    let (pod, svc) = project.dstack_made().await;
+    evict(&project.kube, project.ns, &project.name).await;
+    project.kept(&pod, &svc).await;
+    assert!(!project.events("FinishedPodDeleted").await.is_empty());
+    project.done().await;
+}
+
+/// The fake kubelet of a node annotated not-ready reports it NotReady once and then says
+/// nothing more: the pod on it would stay, terminating, for good once deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_jump_pod_on_a_node_found_lost_is_force_deleted_and_made_again_on_another() {
+    let project = Project::start("keep-lost").await;
+    let (pod, svc) = project.dstack_made().await;
+    let lost = node_of(&pod);
+    Api::<Node>::all(project.kube.client.clone())
+        .patch(
+            &lost,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"jumppod.test/not-ready": "true"}}})),
+        )
+        .await
+        .unwrap();
+    let again = project.kept(&pod, &svc).await;
+    assert_ne!(node_of(&again), lost, "made again on the lost node");
+    assert!(
+        !project.events("LostPodDeleted").await.is_empty(),
+        "{}",
+        project.controller.log()
+    );
+    project.done().await;
+}
+
+/// dstack 0.22.5's job container script (`get_docker_commands(build_authorized_keys(project,
+/// [alice, bob]))`), the fixture the planner's tests read.
+const JOB_SCRIPT: &str = include_str!("../../plan/src/grants/dstack-0.22.5-job-args.json");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_granted_to_live_jobs_are_kept_in_the_users_keys_secret() {
+    let project = Project::start("keep-keys").await;
+    project.dstack_made().await;
+    let secrets: Api<Secret> = Api::namespaced(project.kube.client.clone(), project.ns);
+    let secret_name = jumppod_plan::manifest::keys_secret_name(&project.name);
+    // An operator's own entry (`jumppod keys add`): never touched.
+    let operator = "command=\"/bin/false\" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHeyQo/3L9deSvuZT1MzN+0KIL2DwIC+7DNGrlLtTOO2 ops\n";
+    let seeded: Secret = typed(json!({"metadata": {"name": secret_name},
+        "stringData": {"ops": operator}}));
+    secrets
+        .create(&PostParams::default(), &seeded)
+        .await
+        .unwrap();
+
+    let script: String = serde_json::from_str(JOB_SCRIPT).unwrap();
+    let mut spec = json!({"containers": [{"name": "job-container", "image": "dstackai/base",
+        "command": ["/bin/sh"], "args": ["-c", script]}]});
+    spec.as_object_mut()
+        .unwrap()
+        .extend(project.placement().as_object().unwrap().clone());
+    let job: Pod = typed(json!({
+        "metadata": {"name": "main-job-1", "labels": {
+            "app.kubernetes.io/name": "dstack-job", "app.kubernetes.io/instance": "main-job-1",
+            "app.kubernetes.io/managed-by": "dstack", "k8s.dstack.ai/project": PROJECT}},
+        "spec": spec,
+    }));
+    project
+        .pods()
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap();
+    let entries =
+        |s: &Secret| -> Vec<String> { s.data.iter().flatten().map(|(k, _)| k.clone()).collect() };
+    let held = wait_for("the job's two users' keys in the Secret", || async {
+        let s = secrets.get(&secret_name).await.ok()?;
+        (entries(&s).len() == 3).then_some(s)
+    })
+    .await;
+    let data = held.data.unwrap();
+    assert_eq!(data["ops"].0, operator.as_bytes());
+    let lines: Vec<String> = data
+        .iter()
+        .filter(|(k, _)| k.starts_with("dstack-job-"))
+        .map(|(_, v)| String::from_utf8_lossy(&v.0).into_owned())
+        .collect();
+    assert_eq!(lines.len(), 2, "alice's and bob's, not the project's");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("command=\"/bin/false\" ")),
+        "{lines:?}"
+    );
+    // Alice's key (its comment holds a quote, left out) and Bob's, by their key data.
+    for blob in [
+        "AAAAC3NzaC1lZDI1NTE5AAAAIHeyQo",
+        "AAAAB3NzaC1yc2EAAAADAQABAAAAgQDMU",
+    ] {
+        assert!(lines.iter().any(|l| l.contains(blob)), "{blob}: {lines:?}");
+    }
+
+    // The job ends: its keys go, the operator's stay.
+    project
+        .pods()
+        .delete("main-job-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the job's keys gone from the Secret", || async {
+        let s = secrets.get(&secret_name).await.ok()?;
+        (entries(&s) == ["ops"]).then_some(())
+    })
+    .await;
+    project.done().await;
+}

@@ -1,0 +1,317 @@
+//! The bare jump pod of a released dstack server, kept: the same name, the same Service and
+//! NodePort, whatever ends the pod.
+//!
+//! dstack 0.22.x creates `dstack-<project>-ssh-jump-pod` as a bare pod, and its NodePort
+//! Service. At each job (`run_job`) it recreates both, the Service on a new NodePort, when
+//! *either* is missing; `update_provisioning_data` reads the pod by its exact name and fails the
+//! job at once if that pod has finished. A bare pod that is evicted, drained or lost is never
+//! replaced: every running job keeps an `ssh_proxy` naming the old NodePort, and loses it at the
+//! next job. So the keeper, for a project without a ReplicaSet whose Service exists:
+//!
+//! 1. remembers the pod's spec while it exists ([`template`]);
+//! 2. once the pod is gone (deleted, evicted and deleted, force-deleted off a lost node),
+//!    creates it again under the same name from that spec, on another node if its node is going
+//!    away or lost. dstack then finds both objects and keeps them: the NodePort never changes;
+//! 3. keeps a *standby* beside it while it is not serving or about to stop: a copy under a
+//!    generated name, which the Service selects as well (it selects
+//!    `app.kubernetes.io/instance` alone), on another node. It is made as soon as the pod's node
+//!    is cordoned or tainted for removal, stops renewing its Lease, or the pod is terminating or
+//!    finished, and it goes once the named pod is back and Ready elsewhere;
+//! 4. on a node that stopped renewing its Lease, takes the pod out of the Service once the
+//!    standby is Ready, by deleting it (a terminating pod is not a ready endpoint: kube-proxy
+//!    sends it nothing while another is Ready), and force-deletes it once the node-lifecycle
+//!    controller has found the node lost, so that its name is free. The kubelet of a node that
+//!    comes back kills the containers of pods the API no longer has, and no Service sends it
+//!    anything meanwhile: the only fence relied on is the Service's endpoints.
+//!
+//! It never fights dstack or an operator: without the Service the pod is dstack's to make (its
+//! creates do not tolerate 409), and `jumppod.io/keep: "false"` on the Service turns it off.
+
+use crate::action::Action;
+use crate::objects::{annotation, is_active, is_finished, is_ready, name_of};
+use crate::planner::Observed;
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+
+/// On a standby: the name of the pod it stands in for.
+pub const STANDBY_ANNOTATION: &str = "jumppod.io/standby-for";
+/// On a pod the keeper created again: the uid of the pod it replaces.
+pub const RECREATED_ANNOTATION: &str = "jumppod.io/recreated-from";
+/// On the Service, `"false"`: the keeper leaves the project to dstack.
+pub const KEEP_ANNOTATION: &str = "jumppod.io/keep";
+
+/// The nodes that cannot be counted on, and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeTrouble {
+    /// Going away: cordoned or tainted for removal ([`crate::surge::leaving`]).
+    pub leaving: BTreeMap<String, String>,
+    /// Silent: its kubelet has not renewed the node's Lease for a while. Likely lost, not yet
+    /// found so by the node-lifecycle controller.
+    pub silent: BTreeMap<String, String>,
+    /// Found lost by the node-lifecycle controller: its Ready condition is not True.
+    pub lost: BTreeMap<String, String>,
+}
+
+impl NodeTrouble {
+    /// Why `node` cannot be counted on, if it cannot.
+    pub fn of(&self, node: &str) -> Option<&String> {
+        self.lost
+            .get(node)
+            .or_else(|| self.silent.get(node))
+            .or_else(|| self.leaving.get(node))
+    }
+
+    /// The nodes a pod should be replaced off before it stops serving: going away, silent or
+    /// lost (what the surge reads as leaving).
+    pub fn going(&self) -> BTreeMap<String, String> {
+        let mut all = self.leaving.clone();
+        all.extend(self.silent.clone());
+        all.extend(self.lost.clone());
+        all
+    }
+}
+
+/// Whether the keeper acts for this project, and if not, why not.
+pub fn keeps(observed: &Observed) -> Result<(), &'static str> {
+    if observed.replicaset.is_some() {
+        return Err("a ReplicaSet replaces its pods");
+    }
+    let Some(svc) = &observed.service else {
+        return Err("without its Service the jump pod is dstack's to make");
+    };
+    if annotation(&svc.metadata, KEEP_ANNOTATION) == Some("false") {
+        return Err("the Service says jumppod.io/keep: false");
+    }
+    Ok(())
+}
+
+/// The spec to make the pod again from: the named pod's while it has one (the cache keeps the
+/// whole spec of a bare jump pod), else what was remembered, else a standby's.
+pub fn template(observed: &Observed, remembered: Option<&Pod>) -> Option<Pod> {
+    let with_spec = |p: &&Pod| p.spec.as_ref().is_some_and(|s| !s.containers.is_empty());
+    observed
+        .bare_pod
+        .as_ref()
+        .filter(with_spec)
+        .or(remembered)
+        .or_else(|| standbys(observed).find(with_spec))
+        .cloned()
+}
+
+/// The standbys among the project's pods.
+fn standbys(observed: &Observed) -> impl Iterator<Item = &Pod> {
+    observed
+        .pods
+        .iter()
+        .filter(|p| annotation(&p.metadata, STANDBY_ANNOTATION).is_some())
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+/// What the keeper writes for the project, in order.
+pub fn decide(
+    name: &str,
+    observed: &Observed,
+    template: Option<&Pod>,
+    nodes: &NodeTrouble,
+) -> Vec<Action> {
+    if keeps(observed).is_err() {
+        return Vec::new();
+    }
+    let Some(template) = template else {
+        // Gone before the controller ever saw it: dstack makes it again at its next job.
+        return Vec::new();
+    };
+    let named = observed.bare_pod.as_ref();
+    let named_node = named.and_then(node_of).or_else(|| node_of(template));
+    let troubled = |node: Option<&str>| node.and_then(|n| nodes.of(n));
+    let serving = named.is_some_and(|p| is_ready(p) && troubled(node_of(p)).is_none());
+    let mut actions = Vec::new();
+
+    // The standby: made when the named pod stops serving or is about to, kept until it serves
+    // again (a pod dstack just created and not yet Ready needs none).
+    let active: Vec<&Pod> = standbys(observed).filter(|p| is_active(p)).collect();
+    if serving {
+        for standby in &active {
+            actions.push(delete_standby(
+                standby,
+                "the jump pod is back and Ready: its standby goes",
+            ));
+        }
+    } else {
+        let keep = active.iter().find(|p| is_ready(p)).or(active.first());
+        for standby in active.iter().filter(|p| Some(*p) != keep) {
+            actions.push(delete_standby(standby, "one standby is enough"));
+        }
+        let why = match named {
+            None => Some("the jump pod is gone".to_owned()),
+            Some(p) if is_finished(p) => Some("the jump pod has finished".to_owned()),
+            Some(p) if p.metadata.deletion_timestamp.is_some() => {
+                Some("the jump pod is terminating".to_owned())
+            }
+            Some(p) => troubled(node_of(p))
+                .map(|why| format!("its node {} {why}", node_of(p).unwrap_or_default())),
+        };
+        if let (None, Some(why)) = (keep, why) {
+            actions.push(Action::CreatePod {
+                pod: Box::new(copy(name, template, Copy::Standby, named_node)),
+                why: format!("a standby serves while the jump pod does not: {why}"),
+            });
+        }
+    }
+    let standby_ready = active.iter().any(|p| is_ready(p));
+
+    // The named pod itself.
+    match named {
+        None => {
+            let avoid = named_node.filter(|n| troubled(Some(n)).is_some());
+            actions.push(Action::CreatePod {
+                pod: Box::new(copy(name, template, Copy::Named, avoid)),
+                why: "the jump pod is gone: made again under its name, so dstack keeps its Service and NodePort".into(),
+            });
+        }
+        Some(pod) if is_finished(pod) => actions.push(Action::DeletePod {
+            name: name_of(&pod.metadata).to_owned(),
+            uid: uid(pod),
+            why: "the jump pod has finished; it is made again under its name once gone".into(),
+        }),
+        Some(pod) => {
+            let node = node_of(pod).unwrap_or_default();
+            if let Some(why) = nodes.lost.get(node) {
+                // The kubelet will never confirm the deletion: the name stays taken until the
+                // pod is force-deleted. No Service sends it anything once it is terminating.
+                actions.push(Action::ForceDeletePod {
+                    name: name_of(&pod.metadata).to_owned(),
+                    uid: uid(pod),
+                    why: format!("its node {node} {why}; it is made again elsewhere"),
+                });
+            } else if let Some(why) = nodes.silent.get(node)
+                && pod.metadata.deletion_timestamp.is_none()
+                && standby_ready
+            {
+                // Likely lost: out of the Service's endpoints while the standby serves.
+                actions.push(Action::MovePodOff {
+                    name: name_of(&pod.metadata).to_owned(),
+                    uid: uid(pod),
+                    why: format!("its node {node} {why}; its standby serves"),
+                });
+            }
+        }
+    }
+    actions
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+fn delete_standby(pod: &Pod, why: &str) -> Action {
+    Action::DeleteStandby {
+        name: name_of(&pod.metadata).to_owned(),
+        uid: uid(pod),
+        why: why.to_owned(),
+    }
+}
+
+/// Which copy of the template.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copy {
+    /// Under the jump pod's own name.
+    Named,
+    /// Under a generated name, beside it.
+    Standby,
+}
+
+/// The pod to create from `template`, off `avoid` (a node going away or lost). What the API
+/// server or a node filled in is left out: the node, the status, the uid and versions, the
+/// service account token volume (the ServiceAccount admission plugin adds it again), and the
+/// priority (the Priority admission plugin computes it from the class).
+pub fn copy(name: &str, template: &Pod, which: Copy, avoid: Option<&str>) -> Pod {
+    let meta = &template.metadata;
+    let mut annotations: BTreeMap<String, String> = meta
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !k.starts_with("jumppod.io/") && k.as_str() != RECREATED_ANNOTATION)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    match which {
+        Copy::Named => {
+            annotations.insert(
+                RECREATED_ANNOTATION.to_owned(),
+                meta.uid.clone().unwrap_or_default(),
+            );
+        }
+        Copy::Standby => {
+            annotations.insert(STANDBY_ANNOTATION.to_owned(), name.to_owned());
+        }
+    }
+    let mut spec = template.spec.clone().unwrap_or_default();
+    spec.node_name = None;
+    spec.priority = None;
+    let token = |v: &str| v.starts_with("kube-api-access-");
+    if let Some(volumes) = spec.volumes.as_mut() {
+        volumes.retain(|v| !token(&v.name));
+    }
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        if let Some(mounts) = container.volume_mounts.as_mut() {
+            mounts.retain(|m| !token(&m.name));
+        }
+    }
+    if let Some(node) = avoid {
+        avoid_node(&mut spec, node);
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: (which == Copy::Named).then(|| name.to_owned()),
+            generate_name: (which == Copy::Standby).then(|| format!("{name}-standby-")),
+            namespace: meta.namespace.clone(),
+            labels: meta.labels.clone(),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// Adds "not on `node`" to every term of the pod's required node affinity (the terms are ORed,
+/// so each needs it), or makes it the one term.
+fn avoid_node(spec: &mut k8s_openapi::api::core::v1::PodSpec, node: &str) {
+    let not_there = NodeSelectorRequirement {
+        key: "kubernetes.io/hostname".into(),
+        operator: "NotIn".into(),
+        values: Some(vec![node.to_owned()]),
+    };
+    let required = spec
+        .affinity
+        .get_or_insert_with(Affinity::default)
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(|| NodeSelector {
+            node_selector_terms: Vec::new(),
+        });
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_expressions
+            .get_or_insert_with(Vec::new)
+            .push(not_there.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,315 @@
+use super::*;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Service;
+use rstest::rstest;
+use serde_json::{Value, json};
+
+const NAME: &str = "dstack-main-ssh-jump-pod";
+
+fn service(annotations: Value) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": "dstack-main-ssh-jump-pod-service", "namespace": "dstack",
+                     "uid": "svc-uid", "annotations": annotations},
+        "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/instance": NAME},
+                 "ports": [{"port": 22, "nodePort": 31022}]},
+    }))
+    .unwrap()
+}
+
+/// How a pod stands.
+#[derive(Clone, Copy)]
+enum Is {
+    Ready,
+    Starting,
+    Terminating,
+    Finished,
+}
+
+/// dstack 0.22.5's bare jump pod (its labels, command and tolerations), as it runs on `node`,
+/// with the service account token volume the API server added.
+fn named(node: &str, is: Is) -> Pod {
+    pod(NAME, "named-uid", node, is, json!({}))
+}
+
+fn standby(suffix: &str, node: &str, is: Is) -> Pod {
+    pod(
+        &format!("{NAME}-standby-{suffix}"),
+        &format!("standby-{suffix}"),
+        node,
+        is,
+        json!({STANDBY_ANNOTATION: NAME}),
+    )
+}
+
+fn pod(name: &str, uid: &str, node: &str, is: Is, annotations: Value) -> Pod {
+    let mut meta = json!({
+        "name": name, "namespace": "dstack", "uid": uid, "resourceVersion": "7",
+        "annotations": annotations,
+        "labels": {
+            "app.kubernetes.io/name": "dstack-ssh-proxy",
+            "app.kubernetes.io/instance": NAME,
+            "app.kubernetes.io/managed-by": "dstack",
+            "k8s.dstack.ai/project": "main",
+        },
+    });
+    if matches!(is, Is::Terminating) {
+        meta["deletionTimestamp"] = json!("2026-12-05T00:00:00Z");
+    }
+    let (phase, ready) = match is {
+        Is::Ready | Is::Terminating => ("Running", "True"),
+        Is::Starting => ("Pending", "False"),
+        Is::Finished => ("Failed", "False"),
+    };
+    serde_json::from_value(json!({
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "priority": 0,
+            "containers": [{
+                "name": format!("{NAME}-container"),
+                "image": "testcontainers/sshd:1.3.0",
+                "command": ["/bin/sh"],
+                "args": ["-c", "mkdir -p ~/.ssh && /usr/sbin/sshd -D -e -p 22"],
+                "ports": [{"containerPort": 22}],
+                "volumeMounts": [{"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+            }],
+            "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"sources": []}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]},
+    }))
+    .unwrap()
+}
+
+fn observed(named: Option<Pod>, standbys: Vec<Pod>) -> Observed {
+    let mut pods = standbys;
+    pods.extend(named.clone());
+    Observed {
+        service: Some(service(json!({}))),
+        bare_pod: named,
+        pods,
+        ..Observed::default()
+    }
+}
+
+fn trouble(kind: &str, node: &str) -> NodeTrouble {
+    let mut nodes = NodeTrouble::default();
+    let why = BTreeMap::from([(node.to_owned(), format!("is {kind}"))]);
+    match kind {
+        "cordoned" => nodes.leaving = why,
+        "silent" => nodes.silent = why,
+        "lost" => nodes.lost = why,
+        _ => {}
+    }
+    nodes
+}
+
+/// The decision in short: `create <name|standby>`, `delete-standby <name>`, `delete <name>`,
+/// `move-off <name>`, `force-delete <name>`.
+fn outline(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::CreatePod { pod, .. } => match &pod.metadata.name {
+                Some(n) => format!("create {n}"),
+                None => "create standby".to_owned(),
+            },
+            Action::DeleteStandby { name, .. } => format!("delete-standby {name}"),
+            Action::DeletePod { name, .. } => format!("delete {name}"),
+            Action::MovePodOff { name, .. } => format!("move-off {name}"),
+            Action::ForceDeletePod { name, .. } => format!("force-delete {name}"),
+            other => panic!("not the keeper's: {other}"),
+        })
+        .collect()
+}
+
+fn run(observed: &Observed, nodes: &NodeTrouble) -> Vec<String> {
+    let template = template(observed, Some(&named("a", Is::Ready)));
+    outline(&decide(NAME, observed, template.as_ref(), nodes))
+}
+
+#[rstest]
+#[case::a_ready_jump_pod_on_a_fine_node_needs_nothing(
+    observed(Some(named("a", Is::Ready)), vec![]), NodeTrouble::default(), vec![])]
+#[case::a_jump_pod_dstack_just_made_needs_no_standby(
+    observed(Some(named("a", Is::Starting)), vec![]), NodeTrouble::default(), vec![])]
+#[case::a_cordoned_node_gets_a_standby_before_the_drain(
+    observed(Some(named("a", Is::Ready)), vec![]), trouble("cordoned", "a"), vec!["create standby"])]
+#[case::while_the_standby_starts_nothing_more_is_made(
+    observed(Some(named("a", Is::Ready)), vec![standby("1", "b", Is::Starting)]), trouble("cordoned", "a"), vec![])]
+#[case::an_evicted_jump_pod_is_deleted_and_a_standby_made(
+    observed(Some(named("a", Is::Finished)), vec![]), NodeTrouble::default(),
+    vec!["create standby", "delete dstack-main-ssh-jump-pod"])]
+#[case::a_terminating_jump_pod_gets_a_standby(
+    observed(Some(named("a", Is::Terminating)), vec![]), NodeTrouble::default(), vec!["create standby"])]
+#[case::a_gone_jump_pod_is_made_again_under_its_name(
+    observed(None, vec![standby("1", "b", Is::Ready)]), trouble("cordoned", "a"),
+    vec!["create dstack-main-ssh-jump-pod"])]
+#[case::a_gone_jump_pod_with_no_standby_gets_both(
+    observed(None, vec![]), NodeTrouble::default(),
+    vec!["create standby", "create dstack-main-ssh-jump-pod"])]
+#[case::the_jump_pod_back_and_ready_elsewhere_ends_the_standby(
+    observed(Some(named("b", Is::Ready)), vec![standby("1", "b", Is::Ready)]), trouble("cordoned", "a"),
+    vec!["delete-standby dstack-main-ssh-jump-pod-standby-1"])]
+#[case::the_jump_pod_back_but_starting_keeps_the_standby(
+    observed(Some(named("b", Is::Starting)), vec![standby("1", "b", Is::Ready)]), NodeTrouble::default(), vec![])]
+#[case::an_uncordon_withdraws_the_standby(
+    observed(Some(named("a", Is::Ready)), vec![standby("1", "b", Is::Ready)]), NodeTrouble::default(),
+    vec!["delete-standby dstack-main-ssh-jump-pod-standby-1"])]
+#[case::a_silent_node_gets_a_standby_first(
+    observed(Some(named("a", Is::Ready)), vec![]), trouble("silent", "a"), vec!["create standby"])]
+#[case::a_silent_node_loses_the_jump_pod_once_the_standby_serves(
+    observed(Some(named("a", Is::Ready)), vec![standby("1", "b", Is::Ready)]), trouble("silent", "a"),
+    vec!["move-off dstack-main-ssh-jump-pod"])]
+#[case::a_node_found_lost_frees_the_name_at_once(
+    observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Ready)]), trouble("lost", "a"),
+    vec!["force-delete dstack-main-ssh-jump-pod"])]
+#[case::two_standbys_are_one_too_many(
+    observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Ready), standby("2", "b", Is::Starting)]),
+    NodeTrouble::default(), vec!["delete-standby dstack-main-ssh-jump-pod-standby-2"])]
+fn the_bare_jump_pod_is_kept_under_its_name(
+    #[case] observed: Observed,
+    #[case] nodes: NodeTrouble,
+    #[case] expected: Vec<&str>,
+) {
+    assert_eq!(run(&observed, &nodes), expected);
+}
+
+#[rstest]
+#[case::without_its_service_the_pod_is_dstacks_to_make(
+    Observed { service: None, ..observed(None, vec![]) })]
+#[case::a_replicaset_replaces_its_own_pods(
+    Observed { replicaset: Some(ReplicaSet::default()), ..observed(None, vec![]) })]
+#[case::the_operator_turned_it_off(
+    Observed { service: Some(service(json!({KEEP_ANNOTATION: "false"}))), ..observed(None, vec![]) })]
+fn the_keeper_stands_aside(#[case] observed: Observed) {
+    assert!(keeps(&observed).is_err());
+    assert_eq!(run(&observed, &trouble("lost", "a")), Vec::<String>::new());
+}
+
+#[test]
+fn a_pod_never_seen_is_not_made() {
+    let observed = observed(None, vec![]);
+    assert_eq!(template(&observed, None), None);
+    assert!(decide(NAME, &observed, None, &NodeTrouble::default()).is_empty());
+}
+
+#[test]
+fn the_template_is_the_named_pod_else_what_was_remembered_else_a_standby() {
+    let remembered = named("r", Is::Ready);
+    let with_pod = observed(
+        Some(named("a", Is::Ready)),
+        vec![standby("1", "b", Is::Ready)],
+    );
+    let node = |p: Option<Pod>| p.and_then(|p| p.spec?.node_name);
+    assert_eq!(
+        node(template(&with_pod, Some(&remembered))).as_deref(),
+        Some("a")
+    );
+    let gone = observed(None, vec![standby("1", "b", Is::Ready)]);
+    assert_eq!(
+        node(template(&gone, Some(&remembered))).as_deref(),
+        Some("r")
+    );
+    assert_eq!(node(template(&gone, None)).as_deref(), Some("b"));
+}
+
+#[test]
+fn the_copy_under_its_name_is_dstacks_pod_without_what_the_cluster_filled_in() {
+    let template = named("a", Is::Ready);
+    let copy = copy(NAME, &template, Copy::Named, None);
+    assert_eq!(copy.metadata.name.as_deref(), Some(NAME));
+    assert_eq!(copy.metadata.labels, template.metadata.labels);
+    assert_eq!(copy.metadata.uid, None);
+    assert_eq!(copy.metadata.resource_version, None);
+    assert_eq!(
+        annotation(&copy.metadata, RECREATED_ANNOTATION),
+        Some("named-uid")
+    );
+    let (spec, was) = (copy.spec.unwrap(), template.spec.unwrap());
+    assert_eq!(spec.node_name, None);
+    assert_eq!(spec.priority, None);
+    assert_eq!(
+        spec.volumes,
+        Some(vec![]),
+        "no service account token volume"
+    );
+    assert_eq!(spec.containers[0].volume_mounts, Some(vec![]));
+    assert_eq!(spec.containers[0].command, was.containers[0].command);
+    assert_eq!(spec.containers[0].args, was.containers[0].args);
+    assert_eq!(spec.containers[0].image, was.containers[0].image);
+    assert_eq!(spec.tolerations, was.tolerations);
+    assert_eq!(spec.affinity, None, "no node to avoid");
+    assert!(copy.status.is_none());
+}
+
+#[test]
+fn a_standby_has_a_generated_name_and_stays_off_the_named_pods_node() {
+    let copy = copy(NAME, &named("a", Is::Ready), Copy::Standby, Some("a"));
+    assert_eq!(copy.metadata.name, None);
+    assert_eq!(
+        copy.metadata.generate_name.as_deref(),
+        Some("dstack-main-ssh-jump-pod-standby-")
+    );
+    assert_eq!(annotation(&copy.metadata, STANDBY_ANNOTATION), Some(NAME));
+    assert_eq!(
+        serde_json::to_value(copy.spec.unwrap().affinity).unwrap(),
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a"]}
+            ]}]
+        }}})
+    );
+}
+
+#[test]
+fn every_required_term_of_the_pod_avoids_the_node() {
+    let mut template = named("a", Is::Ready);
+    template.spec.as_mut().unwrap().affinity = serde_json::from_value(json!({"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]},
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]},
+        ]}
+    }}))
+    .unwrap();
+    let copy = copy(NAME, &template, Copy::Standby, Some("a"));
+    let terms = copy
+        .spec
+        .unwrap()
+        .affinity
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .unwrap()
+        .node_selector_terms;
+    assert_eq!(terms.len(), 2);
+    for term in terms {
+        let exprs = term.match_expressions.unwrap();
+        assert_eq!(exprs.len(), 2);
+        assert_eq!(exprs[1].values.as_deref(), Some(&["a".to_owned()][..]));
+    }
+}
+
+#[test]
+fn the_jump_pod_made_again_off_a_lost_node_avoids_it() {
+    let observed = observed(None, vec![standby("1", "b", Is::Ready)]);
+    let template = named("a", Is::Ready);
+    let actions = decide(NAME, &observed, Some(&template), &trouble("lost", "a"));
+    let Action::CreatePod { pod, .. } = &actions[0] else {
+        panic!("{actions:?}");
+    };
+    assert!(
+        serde_json::to_string(&pod.spec).unwrap().contains("NotIn"),
+        "{pod:?}"
+    );
+    let fine = decide(NAME, &observed, Some(&template), &NodeTrouble::default());
+    let Action::CreatePod { pod, .. } = &fine[0] else {
+        panic!("{fine:?}");
+    };
+    assert_eq!(
+        pod.spec.as_ref().unwrap().affinity,
+        None,
+        "an evicted pod's node is fine"
+    );
+}
