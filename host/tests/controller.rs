@@ -363,8 +363,8 @@ async fn watching_two_namespaces_it_repairs_in_each_with_a_role_in_each_and_its_
     );
     assert_eq!(
         objects.len(),
-        6,
-        "a Role and its binding in each of three namespaces"
+        8,
+        "a Role and its binding in each of three namespaces, and in the nodes' Leases'"
     );
     apply_grant(&objects);
 
@@ -415,11 +415,11 @@ async fn watching_two_namespaces_it_repairs_in_each_with_a_role_in_each_and_its_
     }
     let requests = audit.by_user(from, user);
     // Nodes are cluster-scoped: the one request outside any namespace (this user may not list
-    // them, so the controller asks once and surges nothing).
+    // them, so the controller asks once and surges nothing); the nodes' Leases are in theirs.
     let elsewhere: Vec<&String> = requests
         .iter()
         .filter(|r| {
-            ![home, watched[0], watched[1]]
+            ![home, watched[0], watched[1], rbac::NODE_LEASE_NAMESPACE]
                 .iter()
                 .any(|ns| r.contains(&format!("/namespaces/{ns}/")))
                 && !r.starts_with("list /api/v1/nodes?")

@@ -8,7 +8,6 @@
 //! kubelet wrote into it, as the node-lifecycle controller does (its `probeTimestamp`): two
 //! machines' clocks need not agree.
 
-use super::watches::Trigger;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -128,14 +127,14 @@ pub(super) async fn may_watch(client: &Client) -> bool {
     }
 }
 
-/// The watch of the nodes' Leases and a look every second for nodes gone silent; each node that
-/// goes silent or speaks again is a trigger.
+/// The watch of the nodes' Leases and a look every second for nodes gone silent: the nodes that
+/// go silent or speak again.
 pub(super) fn start(
     client: &Client,
     after: Duration,
 ) -> (
     Arc<Silence>,
-    impl Stream<Item = Result<Vec<Trigger>, watcher::Error>> + Send + Unpin + use<>,
+    impl Stream<Item = Result<Vec<String>, watcher::Error>> + Send + Unpin + use<>,
 ) {
     let silence = Arc::new(Silence {
         after,
@@ -149,16 +148,13 @@ pub(super) fn start(
             .map(move |event| {
                 let now = Instant::now();
                 event.map(|event| match event {
-                    watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => silence
-                        .seen(&lease, now)
-                        .map(Trigger::Node)
-                        .into_iter()
-                        .collect(),
+                    watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
+                        silence.seen(&lease, now).into_iter().collect()
+                    }
                     watcher::Event::Delete(lease) => lease
                         .metadata
                         .name
                         .and_then(|n| silence.forget(&n))
-                        .map(Trigger::Node)
                         .into_iter()
                         .collect(),
                     watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
@@ -169,13 +165,8 @@ pub(super) fn start(
         let silence = silence.clone();
         let mut every = tokio::time::interval(Duration::from_secs(1));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        futures::stream::poll_fn(move |cx| every.poll_tick(cx).map(Some)).map(move |_| {
-            Ok(silence
-                .newly_silent(Instant::now())
-                .into_iter()
-                .map(Trigger::Node)
-                .collect())
-        })
+        futures::stream::poll_fn(move |cx| every.poll_tick(cx).map(Some))
+            .map(move |_| Ok(silence.newly_silent(Instant::now())))
     };
     (
         silence,

@@ -51,7 +51,11 @@ pub(super) fn start(
     if let Some(after) = silent_after {
         let (silence, stream) = super::leases::start(client, after);
         caches.silence = Some(silence);
-        streams.push(stream.boxed());
+        streams.push(
+            stream
+                .map_ok(|nodes| nodes.into_iter().map(Trigger::Node).collect())
+                .boxed(),
+        );
     }
     (caches, futures::stream::select_all(streams))
 }
