@@ -393,7 +393,8 @@ impl Webhook {
 
 /// The legacy bare pod of policy/test_data, sent by the API server as an AdmissionReview:
 /// the module's answer comes back under its uid, with the JSONPatch that gives the pod the
-/// current labels and the default resources (as kwctl run answers it, policy/e2e.bats).
+/// current labels and the default resources (as kwctl run answers it, policy/e2e.bats), and
+/// the webhook's mark of what its mutating pass admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_is_answered_with_the_modules_patch() {
     let webhook = Webhook::start(&policy_wasm()).await;
@@ -424,6 +425,7 @@ async fn a_review_is_answered_with_the_modules_patch() {
     assert_eq!(
         patch,
         json!([
+            {"op": "add", "path": "/metadata/annotations", "value": {"jumppod.dstack.ai/mutated": "true"}},
             {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1instance", "value": "dstack-main-ssh-jump-pod"},
             {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1managed-by", "value": "dstack"},
             {"op": "add", "path": "/metadata/labels/k8s.dstack.ai~1project", "value": "main"},
