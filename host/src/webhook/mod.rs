@@ -9,6 +9,8 @@
 
 mod answer;
 mod configuration;
+mod expiry;
+mod metrics;
 mod reload;
 mod serve;
 
