@@ -91,9 +91,11 @@ fn days_from_now(days: i64) -> String {
 /// The webhook's serving certificate as the API server sees it: the release's generated CA
 /// rotated over two upgrades while a jump pod is created every 200 ms (none refused, every one
 /// mutated), the next CA in the caBundle from the first upgrade and signing the served
-/// certificate from the second, the old one kept in the caBundle; then an expired certificate
-/// (a jump pod refused for it) renewed by `helm upgrade`. Before, the chart reused its CA and
-/// certificate whatever their dates: no rotation, and the expired certificate kept.
+/// certificate from the second, the old one kept in the caBundle; a certificate kept by an
+/// upgrade while more than a third of its lifetime is left, renewed once less is; then an
+/// expired certificate (a jump pod refused for it) renewed by `helm upgrade`. Before, the
+/// chart reused its CA and certificate whatever their dates: no rotation, and the expired
+/// certificate kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_generated_ca_rotates_refusing_nothing_and_an_expired_certificate_is_renewed_by_an_upgrade()
  {
@@ -185,6 +187,26 @@ async fn the_generated_ca_rotates_refusing_nothing_and_an_expired_certificate_is
     }
     let tally = no_refusal("the CA's rotation", pods).await;
     assert_eq!(tally.unchecked, 0, "{tally:?}");
+
+    // A certificate is kept while more than a third of its lifetime is left (400 of 1000
+    // days), and renewed once less is (300 of 1000).
+    for (left, renewed) in [(400, false), (300, true)] {
+        annotate(
+            NS,
+            SERVING,
+            &[
+                ("jumppod.dstack.ai/not-before", &days_from_now(left - 1000)),
+                ("jumppod.dstack.ai/not-after", &days_from_now(left)),
+            ],
+        );
+        let before = serving()["tls.crt"].clone();
+        release.apply("upgrade", &values);
+        assert_eq!(
+            serving()["tls.crt"] != before,
+            renewed,
+            "{left} of 1000 days left"
+        );
+    }
 
     // An expired certificate of the current CA, its dates where the chart reads them.
     let now = days_from_now(0);

@@ -79,17 +79,41 @@ fn deletion(kind: &str, name: &str) -> String {
 /// their scope were refused ("service ... not found"; here, where the API server's kept-alive
 /// connections still reach 127.0.0.1, those that needed a new connection; in a cluster, where
 /// the Service's address stops routing, all).
-#[rstest]
-#[case::disabled(Removal::Disabled, "chart-disable")]
-#[case::renamed(Removal::Renamed, "chart-rename")]
-#[case::name_overridden(Removal::NameOverridden, "chart-name")]
-#[case::rolled_back_to_a_revision_without_it(Removal::RolledBack, "chart-rollback")]
-#[case::uninstalled(Removal::Uninstalled, "chart-uninstall")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn taking_the_webhook_out_deletes_its_configurations_before_its_service_and_refuses_no_jump_pod(
-    #[case] removal: Removal,
-    #[case] ns: &'static str,
-) {
+///
+/// The five operations run at once, each on a thread and a runtime of its own in a namespace
+/// of its own: they mostly wait (on helm, on the API server's informers), so the test takes
+/// the time of the longest, not of the five.
+#[test]
+fn taking_the_webhook_out_deletes_its_configurations_before_its_service_and_refuses_no_jump_pod() {
+    let runs: Vec<_> = [
+        (Removal::Disabled, "chart-disable"),
+        (Removal::Renamed, "chart-rename"),
+        (Removal::NameOverridden, "chart-name"),
+        (Removal::RolledBack, "chart-rollback"),
+        (Removal::Uninstalled, "chart-uninstall"),
+    ]
+    .into_iter()
+    .map(|(removal, ns)| {
+        let run = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(taking_out(removal, ns))
+        });
+        (removal, run)
+    })
+    .collect();
+    let failed: Vec<Removal> = runs
+        .into_iter()
+        .filter_map(|(removal, run)| run.join().is_err().then_some(removal))
+        .collect();
+    assert!(failed.is_empty(), "failed, as said above: {failed:?}");
+}
+
+/// One operation of [`taking_the_webhook_out_deletes_its_configurations_before_its_service_and_refuses_no_jump_pod`].
+async fn taking_out(removal: Removal, ns: &'static str) {
     let client = admin().await.client;
     let release = Release::new("jp", ns);
     let mut values = release.served_values();
