@@ -373,18 +373,18 @@ pub fn rendered(release: &str, ns: &str, values: &Value) -> String {
     text(&out.stdout)
 }
 
-/// The (kind, name) of every document of a YAML stream, in order.
-pub fn names(yaml: &str) -> Vec<(String, String)> {
+/// The (kind, namespace, name) of every document of a YAML stream, in order; the namespace is
+/// empty where the document names none (cluster-scoped, or the release's).
+pub fn names(yaml: &str) -> Vec<(String, String, String)> {
     serde_yaml::Deserializer::from_str(yaml)
         .map(|doc| Value::deserialize(doc).unwrap())
         .filter(|doc| !doc.is_null())
         .map(|o| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
             (
-                o["kind"].as_str().unwrap_or_default().to_owned(),
-                o["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
+                text(&o["kind"]),
+                text(&o["metadata"]["namespace"]),
+                text(&o["metadata"]["name"]),
             )
         })
         .collect()

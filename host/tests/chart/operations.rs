@@ -261,9 +261,10 @@ async fn helm_template_applied_registers_the_webhook_and_applied_again_changes_n
     let versions = || -> Vec<(String, String, Value)> {
         objects
             .iter()
-            .map(|(kind, name)| {
-                let object = get(&["-n", release.ns, kind, name])
-                    .unwrap_or_else(|| panic!("{kind} {name} was applied"));
+            .map(|(kind, ns, name)| {
+                let ns = if ns.is_empty() { release.ns } else { ns };
+                let object = get(&["-n", ns, kind, name])
+                    .unwrap_or_else(|| panic!("{kind} {ns}/{name} was applied"));
                 (
                     kind.clone(),
                     name.clone(),
