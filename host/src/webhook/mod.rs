@@ -56,11 +56,15 @@ struct Body<'a> {
 /// with a request is refused (allowed: false, code 400) with what is wrong; a policy that
 /// fails (a trap, the deadline) refuses with code 500, as policy-server does.
 pub fn review(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
-    envelope(response(policy, &settings.mutating, body))
+    envelope(response(policy, |_| &settings.mutating, body))
 }
 
-/// The AdmissionResponse to one body, under the settings the pass sends.
-fn response(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
+/// The AdmissionResponse to one body, under the settings the pass sends for its request.
+fn response<'s>(
+    policy: &dyn Policy,
+    settings: impl FnOnce(&RawValue) -> &'s str,
+    body: &[u8],
+) -> Value {
     let document: Body = match serde_json::from_slice(body) {
         Ok(document) => document,
         Err(e) => {
@@ -81,7 +85,7 @@ fn response(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
         (Some(k), Some(v), Some(request), Some(uid))
             if k == "AdmissionReview" && v == "admission.k8s.io/v1" =>
         {
-            let payload = jumppod_review::payload_of_text(request.get(), settings);
+            let payload = jumppod_review::payload_of_text(request.get(), settings(request));
             match policy.validate_payload(&payload) {
                 Ok(answer) => match admitted(request, &uid, &answer) {
                     Ok(response) => fitted(response),
@@ -135,9 +139,15 @@ fn admitted(
 /// order mutating webhooks of different configurations by anything but their names). The
 /// policy runs with mutation off, so what a later mutation left out (a sidecar without
 /// resources) is refused naming what is missing instead of being patched in: a validating
-/// webhook cannot patch.
+/// webhook cannot patch. A ReplicaSet is judged under the operator's settings: no pass mutates
+/// it, and with mutation on its template is judged by the pods it makes, which the mutating
+/// pass fills in at their creation; with mutation off refusing what it lacks.
 pub fn validate(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
-    validation(envelope(response(policy, &settings.validating, body)))
+    let settings = |request: &RawValue| match answer::kind_of_request(request.get()).as_deref() {
+        Some("ReplicaSet") => settings.mutating.as_str(),
+        _ => settings.validating.as_str(),
+    };
+    validation(envelope(response(policy, settings, body)))
 }
 
 /// The settings of the validating pass: the operator's, with `mutate` off.
@@ -302,10 +312,14 @@ mod tests {
     /// that `review` itself calls.
     #[test]
     fn a_legacy_bare_pod_gets_its_uid_and_the_patch_that_labels_and_sizes_it() {
-        let mut response = answer(
+        // The kit off: its patch is `policy_wasm`'s to check.
+        let mut response = review(
+            &Native,
+            &Settings::new(&json!({"kit": false})),
             include_str!("../../../policy/test_data/admission_review_legacy_bare_pod_create.json")
                 .as_bytes(),
-        );
+        )["response"]
+            .clone();
         use base64::Engine as _;
         let patch = response.as_object_mut().unwrap().remove("patch");
         let patch = base64::engine::general_purpose::STANDARD
@@ -342,10 +356,9 @@ mod tests {
         json!({"uid": "c3e6a9d2-1f4b-4c8e-9a7d-5b2e8f1c4a73", "allowed": false, "status": {"message":
             "jump pod \"dstack-main-ssh-jump-pod-w5n8r\" does not meet the jump-pod contract: \
              container \"dstack-main-ssh-jump-pod-container\": cpu request 50m is below the minimum 100m"}}))]
-    #[case::a_best_effort_replicaset_template_is_refused_not_mutated(
+    #[case::a_best_effort_replicaset_template_is_allowed_not_mutated_as_its_pods_get_resources(
         include_str!("../../../policy/test_data/replicaset_besteffort_template_create.json"),
-        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": false, "status": {"message": format!(
-            "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract: {BEST_EFFORT}")}}))]
+        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": true}))]
     // The policy's one warning of 461 characters, as one per finding: the API server may cut
     // a warning past 256 characters.
     #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning_per_finding(
@@ -432,6 +445,66 @@ mod tests {
                     "container \"sidecar\": resources.requests.cpu is missing (would be set to 500m)"
                 ),
             "{message}"
+        );
+    }
+
+    /// dstack's ReplicaSet (its template dstack's pod, no resources) through both passes: the
+    /// validating pass judges it as the mutating pass does, by the pods it makes, with
+    /// mutation on; with mutation off both refuse it.
+    #[rstest]
+    #[case::mutation_on(json!({}), true)]
+    #[case::mutation_off(json!({"mutate": false}), false)]
+    fn dstacks_replicaset_passes_both_passes_exactly_when_its_pods_are_filled_in(
+        #[case] settings: Value,
+        #[case] allowed: bool,
+    ) {
+        let request: Value = serde_json::from_str(include_str!(
+            "../../../policy/test_data/dstack_replicaset_template_without_resources_create.json"
+        ))
+        .unwrap();
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+            .to_string();
+        let settings = Settings::new(&settings);
+        let mutating = review(&Native, &settings, body.as_bytes())["response"].clone();
+        let validating = validate(&Native, &settings, body.as_bytes())["response"].clone();
+        for response in [&mutating, &validating] {
+            assert_eq!(response["allowed"], allowed, "{response}");
+            assert_eq!(response.get("patch"), None, "{response}");
+        }
+        if !allowed {
+            let message = validating["status"]["message"].as_str().unwrap();
+            assert!(message.ends_with(BEST_EFFORT), "{message}");
+        }
+    }
+
+    /// dstack's bare jump pod as the mutating pass leaves it (resources and the kit) passes
+    /// the validating pass, which adds and asks for no kit.
+    #[test]
+    fn dstacks_jump_pod_with_the_kit_passes_the_validating_pass() {
+        use base64::Engine as _;
+        let request: Value = serde_json::from_str(include_str!(
+            "../../../policy/test_data/dstack_0_22_5_bare_jump_pod_create.json"
+        ))
+        .unwrap();
+        let mut body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        let settings = Settings::new(&json!({}));
+        let mutated = review(&Native, &settings, body.to_string().as_bytes())["response"].clone();
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(
+                mutated["patch"]
+                    .as_str()
+                    .expect("the mutating pass patches"),
+            )
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+        let container = &body["request"]["object"]["spec"]["containers"][0];
+        assert!(container["lifecycle"]["preStop"].is_object(), "{container}");
+        let validated =
+            validate(&Native, &settings, body.to_string().as_bytes())["response"].clone();
+        assert_eq!(
+            validated,
+            json!({"uid": "0b7d3e52-9c1a-4f6e-b8d2-5a3c7e9f1d46", "allowed": true})
         );
     }
 }
