@@ -5,7 +5,8 @@
 //! borrowed head of a pod within the payload (the one-pass read: metadata read, spec kept raw).
 //! Either way scope, classification and the settings are decided here once; only a jump pod
 //! (or a jump-pod ReplicaSet) is read further, and where the head cannot be judged exactly as
-//! the typed parse would judge it, the full read decides.
+//! the typed parse would judge it, the full read decides. So does it for a jump pod created
+//! with the kit on: the kit is planned from the typed pod (`crate::kit`).
 
 use crate::json::Json;
 use crate::mutate::{self, Mutation};

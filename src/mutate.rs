@@ -230,7 +230,8 @@ impl Mutation {
 }
 
 /// What a jump pod of the given schema needs at creation, the kit among it. Values already set
-/// are never rewritten: if they break a rule, the rules reject them.
+/// are never rewritten (the kit only raises the grace period): if they break a rule, the rules
+/// reject them.
 pub fn plan(pod: &Pod, schema: Schema, contract: &Contract) -> Mutation {
     let mut mutation = plan_view(&PodView::of_pod(pod), schema, contract);
     mutation.kit = kit::plan(pod, contract);
