@@ -399,25 +399,26 @@ mod tests {
         assert_eq!(validating_settings(&settings), expected);
     }
 
+    /// Applies to the review `body`'s object the patch of the mutating pass under `settings`.
+    fn mutated(body: &mut Value, settings: &Settings) {
+        use base64::Engine as _;
+        let answer = review(&Native, settings, body.to_string().as_bytes())["response"].clone();
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(answer["patch"].as_str().expect("the mutating pass patches"))
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+    }
+
     /// The bare legacy pod as the mutating pass left it, then as a later mutating webhook (a
     /// sidecar injector) left it: the first passes the validating pass, the second is refused.
     #[test]
     fn the_validating_pass_admits_a_mutated_legacy_pod_and_refuses_what_a_later_mutation_broke() {
-        use base64::Engine as _;
         let mut body: Value = serde_json::from_str(include_str!(
             "../../../policy/test_data/admission_review_legacy_bare_pod_create.json"
         ))
         .unwrap();
-        let mutated = answer(body.to_string().as_bytes());
-        let patch = base64::engine::general_purpose::STANDARD
-            .decode(
-                mutated["patch"]
-                    .as_str()
-                    .expect("the mutating pass patches"),
-            )
-            .unwrap();
-        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
-        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+        mutated(&mut body, &Settings::new(&json!({})));
         let validated = |body: &Value| {
             validate(
                 &Native,
@@ -481,23 +482,13 @@ mod tests {
     /// the validating pass, which adds and asks for no kit.
     #[test]
     fn dstacks_jump_pod_with_the_kit_passes_the_validating_pass() {
-        use base64::Engine as _;
         let request: Value = serde_json::from_str(include_str!(
             "../../../policy/test_data/dstack_0_22_5_bare_jump_pod_create.json"
         ))
         .unwrap();
         let mut body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
         let settings = Settings::new(&json!({}));
-        let mutated = review(&Native, &settings, body.to_string().as_bytes())["response"].clone();
-        let patch = base64::engine::general_purpose::STANDARD
-            .decode(
-                mutated["patch"]
-                    .as_str()
-                    .expect("the mutating pass patches"),
-            )
-            .unwrap();
-        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
-        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+        mutated(&mut body, &settings);
         let container = &body["request"]["object"]["spec"]["containers"][0];
         assert!(container["lifecycle"]["preStop"].is_object(), "{container}");
         let validated =
