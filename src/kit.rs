@@ -14,7 +14,8 @@
 //!   step is logged to PID 1's stdout, which `kubectl logs` shows (the kubelet records a hook's
 //!   own output only when it fails);
 //! - a readiness probe ([`readiness_script`]): sshd listens on port 22 and the pod is not
-//!   draining;
+//!   draining (kubelets 1.35 and 1.36.3 run no exec probe once a pod terminates, a regression
+//!   fixed upstream: there the pod keeps its Ready through the drain);
 //! - `terminationGracePeriodSeconds` of at least the handover plus the session drain;
 //! - the Secret `<instance>-authorized-keys` (optional) mounted read-only at [`KEYS_MOUNT`],
 //!   and a `postStart` hook ([`post_start_script`]) that merges its keys into root's
