@@ -67,12 +67,13 @@ kubectl:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kubernetes-client >/dev/null; \
 	  else echo "run as root or install kubectl yourself (apt-get install kubernetes-client)" >&2; exit 1; fi; }
 
-## sshd: the jump pod's start script is tested under a real OpenSSH sshd (host/tests/sshd.rs,
-## in namespaces of its own: root, unshare, ip), from Debian's openssh-server
+## sshd: the jump pod's start script and the kit's hooks are tested under a real OpenSSH sshd
+## (host/tests/sshd.rs, host/tests/kit.rs, in namespaces of their own: root, unshare, ip), from
+## Debian's openssh-server; the kit's under busybox's shell and applets too (an alpine image's)
 sshd:
-	@{ test -x /usr/sbin/sshd && command -v ip >/dev/null 2>&1; } || { \
-	  echo "sshd or ip not found: installing Debian's openssh-server and iproute2 (host/tests/sshd.rs runs a real sshd)"; \
-	  $(call apt-install,openssh-server iproute2); }
+	@{ test -x /usr/sbin/sshd && command -v ip >/dev/null 2>&1 && command -v busybox >/dev/null 2>&1; } || { \
+	  echo "sshd, ip or busybox not found: installing Debian's openssh-server, iproute2 and busybox (host/tests/sshd.rs and kit.rs run a real sshd)"; \
+	  $(call apt-install,openssh-server iproute2 busybox); }
 
 ## policy: build the Kubewarden policy (policy.wasm at the top of the repo)
 policy: policy.wasm
@@ -150,7 +151,7 @@ chart-check: $(HELM)
 ## compiled, the real-node test binaries too (`--all-targets` leaves out test targets with
 ## `test = false`, so they are named), without running any (the stages that run them then build
 ## nothing)
-REAL_NODE_TESTS := --test real_node --test in_cluster
+REAL_NODE_TESTS := --test real_node --test in_cluster --test dstack
 test-build: setup
 	$(TEST_CARGO) test --workspace --all-targets --features $(FEATURES) --no-run
 	$(TEST_CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS) --no-run
@@ -254,7 +255,7 @@ ci-web-test: | ci-chart-check ci-web ci-npm
 
 ## packages: every Debian package `make test` installs, in one apt-get (each target that needs
 ## some still checks for its own)
-TEST_PACKAGES = openssh-server iproute2 $(REAL_NODE_PACKAGES) $(IMAGE_PACKAGES) chromium
+TEST_PACKAGES = openssh-server iproute2 busybox $(REAL_NODE_PACKAGES) $(IMAGE_PACKAGES) chromium
 packages:
 	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if ! command -v kubectl >/dev/null 2>&1; then missing="$$missing kubernetes-client"; fi; \
@@ -285,9 +286,9 @@ bench-controller: setup $(CONTROLPLANE)
 	  $(CARGO) bench -p jumppod-host --features real-cluster --bench controller
 
 ## bench-webhook: `jumppod webhook` (the image's binary, `make image-bin`) over TLS on 127.0.0.1,
-## loaded by wrk (8 connections, 8 s per request) with an ordinary pod, a conforming jump pod and
-## a bare legacy pod it mutates: req/s, p50, p99, and its RSS at rest, while starting and after
-## the load (host/bench/webhook.sh). wrk, jq, curl and openssl from Debian's packages.
+## loaded by wrk (8 connections, 8 s per request) with an ordinary pod, a conforming jump pod, a
+## bare legacy pod it mutates and dstack's jump pod it gives the kit: req/s, p50, p99, and its
+## RSS at rest, while starting and after the load (host/bench/webhook.sh). wrk, jq, curl and openssl from Debian's packages.
 BENCH_WEBHOOK_PACKAGES := wrk jq curl openssl
 bench-webhook: policy image-bin
 	@{ command -v wrk && command -v jq && command -v curl && command -v openssl; } >/dev/null 2>&1 || { \
@@ -426,7 +427,8 @@ real-node-check: real-node-deps real-node-images $(CONTROLPLANE_TEST)
 	cd controlplane && JUMPPOD_REAL_NODE_IMAGES=$(REAL_NODE_IMAGES) nice -n 10 \
 	  $(CONTROLPLANE_TEST) -test.run '^TestRealNodes' -test.v -test.timeout 15m
 
-## real-node-scenarios: the host's own scenarios on real nodes (host/tests/real_node.rs): the
+## real-node-scenarios: the host's own scenarios on real nodes (host/tests/real_node.rs), and
+## dstack 0.22.5's own code beside `jumppod webhook` (host/tests/dstack.rs): the
 ## ReplicaSet `ensure` creates, its pod's sshd reached by OpenSSH through the NodePort, evicted
 ## and reached again; the kubelet's own evictions under memory pressure; inside a control
 ## plane of its own with 2 real nodes, the second evicting for memory 2 GiB below what is

@@ -9,6 +9,8 @@
 //! in-cluster webhook through its Service, and an uninstall leaves nothing that blocks pods.
 #![cfg(feature = "real-node")]
 
+mod real_node_support;
+
 use jumppod::schema;
 use jumppod_host::Gate;
 use jumppod_host::api::Kube;
@@ -223,24 +225,9 @@ impl Release {
     }
 }
 
-/// What the pod's container wrote, read where its real kubelet keeps it (its `podLogsDir`,
-/// controlplane/realnode.go): the API server has no client certificate for the kubelets, so
-/// `kubectl logs` is refused (401) on these nodes.
+/// What the pod's container wrote, read where its real kubelet keeps it.
 fn container_log(pod: &Pod) -> String {
-    let node = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
-    let meta = &pod.metadata;
-    let path = cluster_dir().join(format!(
-        "nodes/{node}/pod-logs/{}_{}_{}/jumppod/0.log",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default(),
-        meta.uid.as_deref().unwrap_or_default(),
-    ));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| format!("(no log at {}: {e})", path.display()))
+    real_node_support::container_log(pod, "jumppod").unwrap_or_else(|why| why)
 }
 
 impl Drop for Release {

@@ -397,7 +397,14 @@ impl Webhook {
 /// the webhook's mark of what its mutating pass admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_is_answered_with_the_modules_patch() {
-    let webhook = Webhook::start(&policy_wasm()).await;
+    // The kit off: the patch is the labels and resources alone (policy_wasm checks the kit's).
+    let policy = policy_wasm();
+    let webhook = Start {
+        args: &["--settings", r#"{"kit": false}"#],
+        ..Start::new(&policy)
+    }
+    .start()
+    .await;
     let mut review = webhook
         .review(&fixture("admission_review_legacy_bare_pod_create.json"))
         .await;

@@ -99,6 +99,12 @@ def read(path):
         return f.read().strip()
 
 
+def private_key(path):
+    """A private key as the server holds it: OpenSSH refuses one without its last newline
+    ("error in libcrypto") when `_run_ssh_command` writes it to a file."""
+    return read(path) + "\n"
+
+
 def objects(api, namespace, project):
     """The uids of the jump pod and its Service, and the Service's NodePort (None when absent)."""
     jump_pod, service = names(project)
@@ -145,7 +151,7 @@ def configure(args, api):
             jump_pod_name=jump_pod,
             jump_pod_service_name=service,
             jump_pod_hostname=args.hostname,
-            project_ssh_private_key=read(args.project_private_key),
+            project_ssh_private_key=private_key(args.project_private_key),
             authorized_keys=[read(k) for k in args.key],
         )
         if ssh_proxy is not None:
@@ -287,7 +293,7 @@ def grant(args, _api):
         hostname=args.hostname,
         port=args.port,
         username=compute.JUMP_POD_USER,
-        ssh_private_key=read(args.project_private_key),
+        ssh_private_key=private_key(args.project_private_key),
         command=command,
     )
     if status != 0:

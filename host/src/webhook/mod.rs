@@ -65,12 +65,17 @@ struct Body<'a> {
 /// with a request is refused (allowed: false, code 400) with what is wrong; a policy that
 /// fails (a trap, the deadline) refuses with code 500, as policy-server does.
 pub fn review(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
-    envelope(response(policy, &settings.mutating, body, true))
+    envelope(response(policy, |_| &settings.mutating, body, true))
 }
 
-/// The AdmissionResponse to one body, under the settings the pass sends; `marking`: the
-/// mutating pass, which marks what it admits.
-fn response(policy: &dyn Policy, settings: &str, body: &[u8], marking: bool) -> Value {
+/// The AdmissionResponse to one body, under the settings the pass sends for its request;
+/// `marking`: the mutating pass, which marks what it admits.
+fn response<'s>(
+    policy: &dyn Policy,
+    settings: impl FnOnce(&RawValue) -> &'s str,
+    body: &[u8],
+    marking: bool,
+) -> Value {
     let document: Body = match serde_json::from_slice(body) {
         Ok(document) => document,
         Err(e) => {
@@ -91,7 +96,7 @@ fn response(policy: &dyn Policy, settings: &str, body: &[u8], marking: bool) -> 
         (Some(k), Some(v), Some(request), Some(uid))
             if k == "AdmissionReview" && v == "admission.k8s.io/v1" =>
         {
-            let payload = jumppod_review::payload_of_text(request.get(), settings);
+            let payload = jumppod_review::payload_of_text(request.get(), settings(request));
             match policy.validate_payload(&payload) {
                 Ok(answer) => match admitted(request, &uid, answer, marking) {
                     Ok(response) => fitted(response),
@@ -206,14 +211,15 @@ fn mark_operation(request: &RawValue) -> Result<Option<Value>, serde_json::Error
 /// order mutating webhooks of different configurations by anything but their names). The
 /// policy runs with mutation off, so what a later mutation left out (a sidecar without
 /// resources) is refused naming what is missing instead of being patched in: a validating
-/// webhook cannot patch.
+/// webhook cannot patch. A ReplicaSet is judged under the operator's settings: no pass mutates
+/// it, and with mutation on its template is judged by the pods it makes, which the mutating
+/// pass fills in at their creation; with mutation off refusing what it lacks.
 pub fn validate(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
-    validation(envelope(response(
-        policy,
-        &settings.validating,
-        body,
-        false,
-    )))
+    let settings = |request: &RawValue| match answer::kind_of_request(request.get()).as_deref() {
+        Some("ReplicaSet") => settings.mutating.as_str(),
+        _ => settings.validating.as_str(),
+    };
+    validation(envelope(response(policy, settings, body, false)))
 }
 
 /// The settings of the validating pass: the operator's, with `mutate` off.
@@ -396,10 +402,18 @@ mod tests {
     /// that `review` itself calls.
     #[test]
     fn a_legacy_bare_pod_gets_its_uid_and_the_patch_that_labels_marks_and_sizes_it() {
-        let response = decoded(answer(
-            include_str!("../../../policy/test_data/admission_review_legacy_bare_pod_create.json")
+        // The kit off: its patch is `policy_wasm`'s to check.
+        let response = decoded(
+            review(
+                &Native,
+                &Settings::new(&json!({"kit": false})),
+                include_str!(
+                    "../../../policy/test_data/admission_review_legacy_bare_pod_create.json"
+                )
                 .as_bytes(),
-        ));
+            )["response"]
+                .clone(),
+        );
         assert_eq!(
             response,
             json!({"uid": "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41", "allowed": true, "patchType": "JSONPatch",
@@ -431,10 +445,9 @@ mod tests {
         json!({"uid": "c3e6a9d2-1f4b-4c8e-9a7d-5b2e8f1c4a73", "allowed": false, "status": {"message":
             "jump pod \"dstack-main-ssh-jump-pod-w5n8r\" does not meet the jump-pod contract: \
              container \"dstack-main-ssh-jump-pod-container\": cpu request 50m is below the minimum 100m"}}))]
-    #[case::a_best_effort_replicaset_template_is_refused_not_mutated(
+    #[case::a_best_effort_replicaset_template_is_allowed_not_mutated_as_its_pods_get_resources(
         include_str!("../../../policy/test_data/replicaset_besteffort_template_create.json"),
-        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": false, "status": {"message": format!(
-            "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract: {BEST_EFFORT}")}}))]
+        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": true}))]
     // The policy's one warning of 461 characters, as one per finding: the API server may cut
     // a warning past 256 characters.
     #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning_per_finding(
@@ -494,25 +507,26 @@ mod tests {
         assert_eq!(validating_settings(&settings), expected);
     }
 
+    /// Applies to the review `body`'s object the patch of the mutating pass under `settings`.
+    fn mutated(body: &mut Value, settings: &Settings) {
+        use base64::Engine as _;
+        let answer = review(&Native, settings, body.to_string().as_bytes())["response"].clone();
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(answer["patch"].as_str().expect("the mutating pass patches"))
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+    }
+
     /// The bare legacy pod as the mutating pass left it, then as a later mutating webhook (a
     /// sidecar injector) left it: the first passes the validating pass, the second is refused.
     #[test]
     fn the_validating_pass_admits_a_mutated_legacy_pod_and_refuses_what_a_later_mutation_broke() {
-        use base64::Engine as _;
         let mut body: Value = serde_json::from_str(include_str!(
             "../../../policy/test_data/admission_review_legacy_bare_pod_create.json"
         ))
         .unwrap();
-        let mutated = answer(body.to_string().as_bytes());
-        let patch = base64::engine::general_purpose::STANDARD
-            .decode(
-                mutated["patch"]
-                    .as_str()
-                    .expect("the mutating pass patches"),
-            )
-            .unwrap();
-        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
-        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+        mutated(&mut body, &Settings::new(&json!({})));
         let validated = |body: &Value| {
             validate(
                 &Native,
@@ -540,6 +554,56 @@ mod tests {
                     "container \"sidecar\": resources.requests.cpu is missing (would be set to 500m)"
                 ),
             "{message}"
+        );
+    }
+
+    /// dstack's ReplicaSet (its template dstack's pod, no resources) through both passes: the
+    /// validating pass judges it as the mutating pass does, by the pods it makes, with
+    /// mutation on; with mutation off both refuse it.
+    #[rstest]
+    #[case::mutation_on(json!({}), true)]
+    #[case::mutation_off(json!({"mutate": false}), false)]
+    fn dstacks_replicaset_passes_both_passes_exactly_when_its_pods_are_filled_in(
+        #[case] settings: Value,
+        #[case] allowed: bool,
+    ) {
+        let request: Value = serde_json::from_str(include_str!(
+            "../../../policy/test_data/dstack_replicaset_template_without_resources_create.json"
+        ))
+        .unwrap();
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+            .to_string();
+        let settings = Settings::new(&settings);
+        let mutating = review(&Native, &settings, body.as_bytes())["response"].clone();
+        let validating = validate(&Native, &settings, body.as_bytes())["response"].clone();
+        for response in [&mutating, &validating] {
+            assert_eq!(response["allowed"], allowed, "{response}");
+            assert_eq!(response.get("patch"), None, "{response}");
+        }
+        if !allowed {
+            let message = validating["status"]["message"].as_str().unwrap();
+            assert!(message.ends_with(BEST_EFFORT), "{message}");
+        }
+    }
+
+    /// dstack's bare jump pod as the mutating pass leaves it (resources and the kit) passes
+    /// the validating pass, which adds and asks for no kit.
+    #[test]
+    fn dstacks_jump_pod_with_the_kit_passes_the_validating_pass() {
+        let request: Value = serde_json::from_str(include_str!(
+            "../../../policy/test_data/dstack_0_22_5_bare_jump_pod_create.json"
+        ))
+        .unwrap();
+        let mut body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        let settings = Settings::new(&json!({}));
+        mutated(&mut body, &settings);
+        let container = &body["request"]["object"]["spec"]["containers"][0];
+        assert!(container["lifecycle"]["preStop"].is_object(), "{container}");
+        let validated =
+            validate(&Native, &settings, body.to_string().as_bytes())["response"].clone();
+        assert_eq!(
+            validated,
+            json!({"uid": "0b7d3e52-9c1a-4f6e-b8d2-5a3c7e9f1d46", "allowed": true})
         );
     }
 }
