@@ -240,6 +240,7 @@ pub fn decide(
             observed,
             remember.as_ref(),
             &nodes,
+            &config.contract,
         ));
     }
     let state = state_of(observed, &plan.findings);

@@ -30,6 +30,8 @@
 use crate::action::Action;
 use crate::objects::{annotation, is_active, is_finished, is_ready, name_of};
 use crate::planner::Observed;
+use jumppod::schema;
+use jumppod::settings::Contract;
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
@@ -119,6 +121,7 @@ pub fn decide(
     observed: &Observed,
     template: Option<&Pod>,
     nodes: &NodeTrouble,
+    contract: &Contract,
 ) -> Vec<Action> {
     if keeps(observed).is_err() {
         return Vec::new();
@@ -159,7 +162,7 @@ pub fn decide(
         };
         if let (None, Some(why)) = (keep, why) {
             actions.push(Action::CreatePod {
-                pod: Box::new(copy(name, template, Copy::Standby, named_node)),
+                pod: Box::new(copy(name, template, Copy::Standby, named_node, contract)),
                 why: format!("a standby serves while the jump pod does not: {why}"),
             });
         }
@@ -171,7 +174,7 @@ pub fn decide(
         None => {
             let avoid = named_node.filter(|n| troubled(Some(n)).is_some());
             actions.push(Action::CreatePod {
-                pod: Box::new(copy(name, template, Copy::Named, avoid)),
+                pod: Box::new(copy(name, template, Copy::Named, avoid, contract)),
                 why: "the jump pod is gone: made again under its name, so dstack keeps its Service and NodePort".into(),
             });
         }
@@ -230,8 +233,16 @@ pub enum Copy {
 /// The pod to create from `template`, off `avoid` (a node going away or lost). What the API
 /// server or a node filled in is left out: the node, the status, the uid and versions, the
 /// service account token volume (the ServiceAccount admission plugin adds it again), and the
-/// priority (the Priority admission plugin computes it from the class).
-pub fn copy(name: &str, template: &Pod, which: Copy, avoid: Option<&str>) -> Pod {
+/// priority (the Priority admission plugin computes it from the class). What the policy fills
+/// in at a jump pod's creation (resources, labels, the kit) is filled in under `contract`, so a
+/// copy of a pod the policy never saw has it too.
+pub fn copy(
+    name: &str,
+    template: &Pod,
+    which: Copy,
+    avoid: Option<&str>,
+    contract: &Contract,
+) -> Pod {
     let meta = &template.metadata;
     let mut annotations: BTreeMap<String, String> = meta
         .annotations
@@ -270,7 +281,7 @@ pub fn copy(name: &str, template: &Pod, which: Copy, avoid: Option<&str>) -> Pod
     if let Some(node) = avoid {
         avoid_node(&mut spec, node);
     }
-    Pod {
+    let mut pod = Pod {
         metadata: ObjectMeta {
             name: (which == Copy::Named).then(|| name.to_owned()),
             generate_name: (which == Copy::Standby).then(|| format!("{name}-standby-")),
@@ -281,7 +292,18 @@ pub fn copy(name: &str, template: &Pod, which: Copy, avoid: Option<&str>) -> Pod
         },
         spec: Some(spec),
         status: None,
+    };
+    let app = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(schema::NAME_LABEL))
+        .map(String::as_str);
+    if let Some(schema) = schema::classify(app, meta.name.as_deref()) {
+        // A pod the policy has filled in already gets nothing; one it cannot write is left as
+        // dstack made it, which the API server then judges.
+        let _ = jumppod::mutate::fill_pod(&mut pod, schema, contract);
     }
+    pod
 }
 
 /// Adds "not on `node`" to every term of the pod's required node affinity (the terms are ORed,

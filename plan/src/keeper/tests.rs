@@ -123,9 +123,23 @@ fn outline(actions: &[Action]) -> Vec<String> {
         .collect()
 }
 
+/// The contract with the kit off: the copies' own fields, nothing the policy adds.
+fn no_kit() -> Contract {
+    Contract {
+        kit: false,
+        ..Contract::default()
+    }
+}
+
 fn run(observed: &Observed, nodes: &NodeTrouble) -> Vec<String> {
     let template = template(observed, Some(&named("a", Is::Ready)));
-    outline(&decide(NAME, observed, template.as_ref(), nodes))
+    outline(&decide(
+        NAME,
+        observed,
+        template.as_ref(),
+        nodes,
+        &Contract::default(),
+    ))
 }
 
 #[rstest]
@@ -191,7 +205,16 @@ fn the_keeper_stands_aside(#[case] observed: Observed) {
 fn a_pod_never_seen_is_not_made() {
     let observed = observed(None, vec![]);
     assert_eq!(template(&observed, None), None);
-    assert!(decide(NAME, &observed, None, &NodeTrouble::default()).is_empty());
+    assert!(
+        decide(
+            NAME,
+            &observed,
+            None,
+            &NodeTrouble::default(),
+            &Contract::default()
+        )
+        .is_empty()
+    );
 }
 
 #[test]
@@ -217,7 +240,7 @@ fn the_template_is_the_named_pod_else_what_was_remembered_else_a_standby() {
 #[test]
 fn the_copy_under_its_name_is_dstacks_pod_without_what_the_cluster_filled_in() {
     let template = named("a", Is::Ready);
-    let copy = copy(NAME, &template, Copy::Named, None);
+    let copy = copy(NAME, &template, Copy::Named, None, &no_kit());
     assert_eq!(copy.metadata.name.as_deref(), Some(NAME));
     assert_eq!(copy.metadata.labels, template.metadata.labels);
     assert_eq!(copy.metadata.uid, None);
@@ -245,7 +268,13 @@ fn the_copy_under_its_name_is_dstacks_pod_without_what_the_cluster_filled_in() {
 
 #[test]
 fn a_standby_has_a_generated_name_and_stays_off_the_named_pods_node() {
-    let copy = copy(NAME, &named("a", Is::Ready), Copy::Standby, Some("a"));
+    let copy = copy(
+        NAME,
+        &named("a", Is::Ready),
+        Copy::Standby,
+        Some("a"),
+        &no_kit(),
+    );
     assert_eq!(copy.metadata.name, None);
     assert_eq!(
         copy.metadata.generate_name.as_deref(),
@@ -272,7 +301,7 @@ fn every_required_term_of_the_pod_avoids_the_node() {
         ]}
     }}))
     .unwrap();
-    let copy = copy(NAME, &template, Copy::Standby, Some("a"));
+    let copy = copy(NAME, &template, Copy::Standby, Some("a"), &no_kit());
     let terms = copy
         .spec
         .unwrap()
@@ -295,7 +324,13 @@ fn every_required_term_of_the_pod_avoids_the_node() {
 fn the_jump_pod_made_again_off_a_lost_node_avoids_it() {
     let observed = observed(None, vec![standby("1", "b", Is::Ready)]);
     let template = named("a", Is::Ready);
-    let actions = decide(NAME, &observed, Some(&template), &trouble("lost", "a"));
+    let actions = decide(
+        NAME,
+        &observed,
+        Some(&template),
+        &trouble("lost", "a"),
+        &Contract::default(),
+    );
     let Action::CreatePod { pod, .. } = &actions[0] else {
         panic!("{actions:?}");
     };
@@ -303,7 +338,13 @@ fn the_jump_pod_made_again_off_a_lost_node_avoids_it() {
         serde_json::to_string(&pod.spec).unwrap().contains("NotIn"),
         "{pod:?}"
     );
-    let fine = decide(NAME, &observed, Some(&template), &NodeTrouble::default());
+    let fine = decide(
+        NAME,
+        &observed,
+        Some(&template),
+        &NodeTrouble::default(),
+        &Contract::default(),
+    );
     let Action::CreatePod { pod, .. } = &fine[0] else {
         panic!("{fine:?}");
     };
@@ -311,5 +352,34 @@ fn the_jump_pod_made_again_off_a_lost_node_avoids_it() {
         pod.spec.as_ref().unwrap().affinity,
         None,
         "an evicted pod's node is fine"
+    );
+}
+
+#[test]
+fn a_copy_of_a_pod_the_policy_never_saw_gets_what_the_policy_fills_in() {
+    // dstack's pod as dstack made it: no resources, no kit.
+    let template = named("a", Is::Ready);
+    let copy = copy(NAME, &template, Copy::Named, None, &Contract::default());
+    let container = &copy.spec.as_ref().unwrap().containers[0];
+    let limits = container.resources.as_ref().and_then(|r| r.limits.clone());
+    assert_eq!(
+        limits
+            .unwrap_or_default()
+            .get("memory")
+            .map(|q| q.0.as_str()),
+        Some("1Gi"),
+        "made Guaranteed"
+    );
+    assert!(
+        container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .is_some(),
+        "the kit: its handover"
+    );
+    assert_eq!(
+        container.command,
+        template.spec.as_ref().unwrap().containers[0].command
     );
 }
