@@ -1,0 +1,502 @@
+//! Every generation of dstack server an operator runs, unmodified, beside `jumppod webhook` and
+//! `jumppod run`: its jump pod comes back by itself behind the same Service and NodePort, the
+//! keys dstack granted its live jobs survive every replacement, and a drain refuses no new SSH
+//! connection. The released server (0.22.5) is dstack's own code; a server of dstack's
+//! ReplicaSet change is the driver's `replicaset`, which makes the ReplicaSet of the pod that same
+//! code builds.
+
+use super::*;
+use jumppod_testkit::run::{Controller, SMALL};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{EvictParams, Patch, PatchParams};
+
+/// What stands in for dstack's runner in a job pod (it is downloaded at the pod's start, which
+/// cannot happen here): sshd on the runner's port, with the keys dstack gave the job.
+const RUNNER: &str = "mkdir -p /run/sshd /root/.ssh && printf '%s\\n' \"$JOB_AUTHORIZED_KEYS\" \
+    > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys && ssh-keygen -A \
+    >/dev/null && exec /usr/sbin/sshd -D -e -p 10022";
+
+/// The controller's log filter in these scenarios.
+const RUST_LOG: &str = "info,jumppod_host::controller=debug";
+
+/// `jumppod run` for the scenario's namespace, as the admin, its log beside the scenario's.
+fn controller(scenario: &Scenario) -> Controller {
+    let template = scenario.dir.join("controller.yaml");
+    std::fs::create_dir_all(&scenario.dir).unwrap();
+    std::fs::write(&template, SMALL).unwrap();
+    let template = template.display().to_string();
+    let args = [
+        "run",
+        "-v",
+        "--namespace",
+        scenario.ns,
+        "--listen",
+        "127.0.0.1:0",
+        "--leader-elect=false",
+        "-f",
+        &template,
+    ];
+    Controller::start(
+        &admin_kubeconfig(),
+        &args,
+        &[("RUST_LOG", RUST_LOG)],
+        Some(&scenario.dir.join("controller.log")),
+    )
+}
+
+/// A job of the project, as `run_job` makes its pod: dstack's labels, and its users' `keys`
+/// with the project's in the runner's arguments. Its pod, once it runs, and its IP.
+async fn job(scenario: &Scenario, name: &str, keys: &[&Path]) -> String {
+    let project = scenario.project.public_file();
+    let keys: Vec<String> = keys.iter().map(|k| public_file(k)).collect();
+    let mut args = vec![
+        "--project",
+        &scenario.project.name,
+        "--name",
+        name,
+        "--project-key",
+        &project,
+        "--command",
+        RUNNER,
+    ];
+    for key in &keys {
+        args.extend(["--key", key]);
+    }
+    scenario.dstack.run("job-pod", &args).await;
+    let pod = ready(&scenario.pods(), name).await;
+    pod.status
+        .and_then(|s| s.pod_ip)
+        .expect("the job pod has an IP")
+}
+
+/// SSH with `user`'s key through the jump pod at the NodePort (`ssh -W`, as `ssh -J` does) to
+/// the job's runner at `target`: the hostname it answers, or why not.
+async fn jump_to(user: &Path, port: i32, target: &str) -> Result<String, String> {
+    let proxy = format!(
+        "ProxyCommand=ssh {} -i {} -p {port} -W %h:%p root@127.0.0.1",
+        SSH_OPTIONS.join(" "),
+        user.display()
+    );
+    let mut ssh = tokio::process::Command::new("ssh");
+    ssh.arg("-i").arg(user).args(SSH_OPTIONS).args([
+        "-o",
+        &proxy,
+        "-p",
+        "10022",
+        &format!("root@{target}"),
+        "hostname",
+    ]);
+    outcome(ssh, Duration::from_secs(30)).await
+}
+
+/// Waits (bounded) until `user`'s key jumps through the NodePort to the job `job` at `target`.
+async fn jumps(user: &Path, port: i32, target: &str, job: &str, what: &str) -> Duration {
+    let started = Instant::now();
+    wait_for_up_to(what, POD_UP, || async {
+        (jump_to(user, port, target).await.as_deref() == Ok(job)).then_some(())
+    })
+    .await;
+    started.elapsed()
+}
+
+/// The Service's uid and NodePort.
+async fn service(scenario: &Scenario) -> (String, i32) {
+    let name = jumppod::schema::service_name(&scenario.project.jump_pod());
+    let svc = Api::<Service>::namespaced(scenario.kube.client.clone(), scenario.ns)
+        .get(&name)
+        .await
+        .expect("the jump pod's Service");
+    let port = jumppod_plan::objects::node_port(&svc).expect("a NodePort");
+    (svc.metadata.uid.unwrap_or_default(), port)
+}
+
+fn node_of(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+/// Waits (bounded) until the pod `name` is Ready, another than `uid`.
+async fn ready_again(pods: &Api<Pod>, name: &str, uid: &str) -> Pod {
+    wait_for_up_to(&format!("{name} made again and Ready"), POD_UP, || async {
+        pods.get(name).await.ok().filter(|p| {
+            p.metadata.uid.as_deref() != Some(uid) && condition(p, "Ready") == Some(true)
+        })
+    })
+    .await
+}
+
+/// `kubectl` as the admin.
+async fn kubectl(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(admin_kubeconfig())
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("kubectl")
+}
+
+/// `kubectl drain` of `node`, only the project's jump pods evicted (`--force`: a bare pod has
+/// no controller, which drain refuses without it); how long it took.
+async fn drain(node: &str, jump_pod: &str) -> Duration {
+    let started = Instant::now();
+    let selector = format!(
+        "--pod-selector={}={jump_pod}",
+        jumppod::schema::INSTANCE_LABEL
+    );
+    let out = kubectl(&[
+        "drain",
+        node,
+        "--force",
+        "--ignore-daemonsets",
+        "--timeout=300s",
+        &selector,
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "kubectl drain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    started.elapsed()
+}
+
+/// Uncordons a node when dropped, so that a failed scenario leaves it schedulable.
+struct Uncordon(String);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let status = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(admin_kubeconfig())
+            .args(["uncordon", &self.0])
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            eprintln!("kubectl uncordon {}: {status:?}", self.0);
+        }
+    }
+}
+
+/// Of the probes made since `from`: how many were refused or failed, of how many.
+fn refused(outcomes: &[Probe], from: Instant) -> (usize, usize) {
+    let since: Vec<&Probe> = outcomes.iter().filter(|(made, _)| *made >= from).collect();
+    let failed = since.iter().filter(|(_, o)| o.is_err()).count();
+    (failed, since.len())
+}
+
+/// The annotation that makes `jumppod-controlplane` cut a real node's power and, removed, boot
+/// it again (controlplane/power.go).
+const POWER_CUT: &str = "jumppod.test/not-ready";
+
+async fn set_power(kube: &Kube, node: &str, on: bool) {
+    let value = if on { Value::Null } else { json!("true") };
+    Api::<Node>::all(kube.client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {POWER_CUT: value}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("annotating {node} {POWER_CUT}: {e}"));
+}
+
+/// Waits until `node` is Ready and schedulable again (no taint of a lost node).
+async fn back_up(kube: &Kube, node: &str) {
+    wait_for_up_to(&format!("{node} Ready again"), POD_UP, || async {
+        let node = Api::<Node>::all(kube.client.clone()).get(node).await.ok()?;
+        let ready = node
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let tainted = node
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| {
+                t.key == "node.kubernetes.io/unreachable" || t.key == "node.kubernetes.io/not-ready"
+            });
+        (ready && !tainted).then_some(())
+    })
+    .await;
+}
+
+/// Boots a node whose power the scenario cut, when dropped, however the scenario ends.
+struct PowerBack(String);
+
+impl Drop for PowerBack {
+    fn drop(&mut self) {
+        let node = self.0.clone();
+        let boot = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to boot the node")
+                .block_on(async {
+                    let kube = admin().await;
+                    set_power(&kube, &node, true).await;
+                    back_up(&kube, &node).await;
+                });
+        });
+        if boot.join().is_err() {
+            eprintln!("{} did not boot again; see the panic above", self.0);
+        }
+    }
+}
+
+/// dstack 0.22.5, unmodified, beside `jumppod webhook` and `jumppod run`:
+/// (a) dstack provisions job 1 (its own `run_job` and `update_provisioning_data` path) and the
+/// job's user key jumps to the job pod;
+/// (c) `kubectl drain` of the jump pod's node, a new SSH connection every 200 ms: none refused,
+/// and job 1's key still jumps;
+/// (b) the jump pod evicted through the Eviction API: SSH comes back with no call of dstack's,
+/// on the same NodePort, job 1's key still jumps, and dstack's next job leaves the pod and the
+/// Service alone (the same Service uid);
+/// (d) the jump pod's node loses its power: how long until SSH is back.
+#[tokio::test]
+async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_its_users_keys() {
+    let scenario = Scenario::alone("dstack-released").await;
+    let _controller = controller(&scenario);
+    let name = scenario.project.jump_pod();
+    let pods = scenario.pods();
+    let key = &scenario.project.key;
+
+    // (a)
+    let (pod, port) = scenario.ready_jump_pod().await;
+    let (service_uid, _) = service(&scenario).await;
+    let alice = scenario.user("alice");
+    let job_ip = job(&scenario, "main-job-1", &[&alice]).await;
+    let proxy = scenario
+        .dstack
+        .configure(&scenario.project, &[&alice])
+        .await;
+    assert_eq!(proxy["port"], port, "dstack's ssh_proxy: {proxy}");
+    jumps(
+        &alice,
+        port,
+        &job_ip,
+        "main-job-1",
+        "(a) job 1's user key to jump to its job",
+    )
+    .await;
+    eprintln!("(a) job 1 provisioned by dstack 0.22.5 through NodePort {port}; its user key jumps");
+
+    // (c)
+    let node = node_of(&pod);
+    let probes = Probes::start(key, port);
+    probes.answering(&name).await;
+    let began = Instant::now();
+    let _uncordon = Uncordon(node.clone());
+    let took = drain(&node, &name).await;
+    let again = ready_again(
+        &pods,
+        &name,
+        pod.metadata.uid.as_deref().unwrap_or_default(),
+    )
+    .await;
+    probes.answering(&name).await;
+    let outcomes = probes.stopped().await;
+    let (failed, made) = refused(&outcomes, began);
+    assert_ne!(node_of(&again), node, "made again on the drained node");
+    assert_eq!(service(&scenario).await, (service_uid.clone(), port));
+    let after = jumps(
+        &alice,
+        port,
+        &job_ip,
+        "main-job-1",
+        "(c) job 1's key to jump after the drain",
+    )
+    .await;
+    eprintln!(
+        "(c) drain of {node}: {failed} of {made} new connections refused; the drain took {took:?}; \
+         job 1's key jumped {after:?} after the pod was back"
+    );
+    assert_eq!(
+        failed,
+        0,
+        "refused during the drain: {:?}",
+        outcomes
+            .iter()
+            .filter(|(_, o)| o.is_err())
+            .collect::<Vec<_>>()
+    );
+    drop(_uncordon);
+
+    // (b)
+    let probes = Probes::start(key, port);
+    probes.answering(&name).await;
+    let began = Instant::now();
+    pods.evict(&name, &EvictParams::default())
+        .await
+        .expect("evict the jump pod");
+    let back = ready_again(
+        &pods,
+        &name,
+        again.metadata.uid.as_deref().unwrap_or_default(),
+    )
+    .await;
+    probes.answering(&name).await;
+    let outcomes = probes.stopped().await;
+    let (failed, made) = refused(&outcomes, began);
+    assert_eq!(
+        service(&scenario).await,
+        (service_uid.clone(), port),
+        "the same Service and NodePort"
+    );
+    let after = jumps(
+        &alice,
+        port,
+        &job_ip,
+        "main-job-1",
+        "(b) job 1's key to jump after the eviction",
+    )
+    .await;
+    let next = scenario.dstack.jump_pod(&scenario.project).await;
+    assert_eq!(
+        next["service_uid"], service_uid,
+        "dstack's next job recreated the Service: {next}"
+    );
+    assert_eq!(
+        next["pod_uid"],
+        back.metadata.uid.clone().unwrap_or_default(),
+        "dstack's next job recreated the pod: {next}"
+    );
+    eprintln!(
+        "(b) eviction: {failed} of {made} new connections refused, no dstack call; the pod back \
+         {:?} after; job 1's key jumped {after:?} after; dstack's next job kept the Service",
+        began.elapsed()
+    );
+
+    // (d)
+    let node = node_of(&back);
+    let cut = Instant::now();
+    let power = PowerBack(node.clone());
+    set_power(&scenario.kube, &node, false).await;
+    let what = "(d) SSH through the NodePort after the power cut";
+    wait_for_up_to(what, POD_UP, || async {
+        // Three connections in a row answered: SSH is back, not one lucky probe.
+        for _ in 0..3 {
+            ssh(key, port, "hostname").await.ok()?;
+        }
+        Some(())
+    })
+    .await;
+    let back_after = cut.elapsed();
+    eprintln!("(d) power cut of {node}: SSH back through NodePort {port} {back_after:?} after");
+    drop(power);
+    let last = ready_again(
+        &pods,
+        &name,
+        back.metadata.uid.as_deref().unwrap_or_default(),
+    )
+    .await;
+    assert_eq!(service(&scenario).await, (service_uid, port));
+    assert_ne!(node_of(&last), "", "{last:?}");
+}
+
+/// A server of dstack's ReplicaSet change: the ReplicaSet (its template the pod dstack 0.22.5
+/// builds) and the Service, each created if missing. A user's key dstack appends over SSH for a
+/// job is kept across the drain of the pod's node, which refuses no new SSH connection: the
+/// surge starts a replacement first, with the kit and the job's keys.
+#[tokio::test]
+async fn dstacks_own_replicaset_is_drained_refusing_nothing_and_keeps_the_users_keys() {
+    let scenario = Scenario::alone("dstack-replicaset").await;
+    let _controller = controller(&scenario);
+    let name = scenario.project.jump_pod();
+    let pods = scenario.pods();
+    let key = &scenario.project.key;
+    let made = scenario
+        .dstack
+        .run(
+            "replicaset",
+            &[
+                "--project",
+                &scenario.project.name,
+                "--project-key",
+                &scenario.project.public_file(),
+            ],
+        )
+        .await;
+    let port = made["node_port"].as_i64().expect("a NodePort") as i32;
+    let selector = format!("{}={name}", jumppod::schema::INSTANCE_LABEL);
+    let first = wait_for_up_to("the ReplicaSet's pod Ready", POD_UP, || async {
+        let list = pods
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .ok()?;
+        list.items
+            .into_iter()
+            .find(|p| condition(p, "Ready") == Some(true))
+    })
+    .await;
+    let first_name = first.metadata.name.clone().unwrap_or_default();
+    wait_for_up_to("ssh through the NodePort", POD_UP, || async {
+        ssh(key, port, "hostname")
+            .await
+            .ok()
+            .filter(|h| *h == first_name)
+    })
+    .await;
+    let bob = scenario.user("bob");
+    let job_ip = job(&scenario, "main-job-2", &[&bob]).await;
+    scenario
+        .dstack
+        .grant(&scenario.project, port, &[&bob])
+        .await;
+    jumps(
+        &bob,
+        port,
+        &job_ip,
+        "main-job-2",
+        "bob's key, appended by dstack, to jump",
+    )
+    .await;
+
+    let node = node_of(&first);
+    let probes = Probes::start(key, port);
+    probes.answering(&first_name).await;
+    let began = Instant::now();
+    let _uncordon = Uncordon(node.clone());
+    let took = drain(&node, &name).await;
+    let second = wait_for_up_to("another pod of the ReplicaSet Ready", POD_UP, || async {
+        let list = pods
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .ok()?;
+        list.items
+            .into_iter()
+            .find(|p| p.metadata.name != first.metadata.name && condition(p, "Ready") == Some(true))
+    })
+    .await;
+    let second_name = second.metadata.name.clone().unwrap_or_default();
+    probes.answering(&second_name).await;
+    let outcomes = probes.stopped().await;
+    let (failed, total) = refused(&outcomes, began);
+    let after = jumps(
+        &bob,
+        port,
+        &job_ip,
+        "main-job-2",
+        "bob's key to jump through the replacement",
+    )
+    .await;
+    eprintln!(
+        "(e) dstack's ReplicaSet, drain of {node}: {failed} of {total} new connections refused; the \
+         drain took {took:?}; bob's key jumped through {second_name} {after:?} after it was Ready"
+    );
+    assert_eq!(
+        failed,
+        0,
+        "refused during the drain: {:?}",
+        outcomes
+            .iter()
+            .filter(|(_, o)| o.is_err())
+            .collect::<Vec<_>>()
+    );
+    assert_ne!(node_of(&second), node);
+}
