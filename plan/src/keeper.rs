@@ -44,6 +44,9 @@ pub const STANDBY_ANNOTATION: &str = "jumppod.io/standby-for";
 pub const RECREATED_ANNOTATION: &str = "jumppod.io/recreated-from";
 /// On the Service, `"false"`: the keeper leaves the project to dstack.
 pub const KEEP_ANNOTATION: &str = "jumppod.io/keep";
+/// On a copy kept off a node: that node, whose requirement a later copy drops (a copy of a copy
+/// must not stay off every node its ancestors left).
+pub const AVOIDS_ANNOTATION: &str = "jumppod.io/avoids";
 
 /// The nodes that cannot be counted on, and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -263,6 +266,9 @@ pub fn copy(
         }
     }
     let mut spec = template.spec.clone().unwrap_or_default();
+    if let Some(node) = annotation(meta, AVOIDS_ANNOTATION) {
+        forget_node(&mut spec, node);
+    }
     spec.node_name = None;
     spec.priority = None;
     let token = |v: &str| v.starts_with("kube-api-access-");
@@ -280,6 +286,7 @@ pub fn copy(
     }
     if let Some(node) = avoid {
         avoid_node(&mut spec, node);
+        annotations.insert(AVOIDS_ANNOTATION.to_owned(), node.to_owned());
     }
     let mut pod = Pod {
         metadata: ObjectMeta {
@@ -306,11 +313,64 @@ pub fn copy(
     pod
 }
 
+/// The node name requirement [`avoid_node`] added, the terms it leaves empty and the affinity it
+/// leaves empty removed with it.
+fn forget_node(spec: &mut k8s_openapi::api::core::v1::PodSpec, node: &str) {
+    let Some(affinity) = spec.affinity.as_mut() else {
+        return;
+    };
+    if let Some(required) = affinity.node_affinity.as_mut().and_then(|a| {
+        a.required_during_scheduling_ignored_during_execution
+            .as_mut()
+    }) {
+        for term in &mut required.node_selector_terms {
+            if let Some(exprs) = term.match_expressions.as_mut() {
+                exprs.retain(|e| !is_not_on(e, node));
+                if exprs.is_empty() {
+                    term.match_expressions = None;
+                }
+            }
+        }
+        required
+            .node_selector_terms
+            .retain(|t| t.match_expressions.is_some() || t.match_fields.is_some());
+        if required.node_selector_terms.is_empty() {
+            affinity
+                .node_affinity
+                .as_mut()
+                .map(|a| a.required_during_scheduling_ignored_during_execution = None);
+        }
+    }
+    if affinity.node_affinity.as_ref().is_some_and(|a| {
+        a.required_during_scheduling_ignored_during_execution
+            .is_none()
+            && a.preferred_during_scheduling_ignored_during_execution
+                .is_none()
+    }) {
+        affinity.node_affinity = None;
+    }
+    if affinity.node_affinity.is_none()
+        && affinity.pod_affinity.is_none()
+        && affinity.pod_anti_affinity.is_none()
+    {
+        spec.affinity = None;
+    }
+}
+
+fn is_not_on(requirement: &NodeSelectorRequirement, node: &str) -> bool {
+    requirement.key == HOSTNAME_LABEL
+        && requirement.operator == "NotIn"
+        && requirement.values.as_deref() == Some(&[node.to_owned()][..])
+}
+
+/// The node name label every node carries (the kubelet sets it).
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
 /// Adds "not on `node`" to every term of the pod's required node affinity (the terms are ORed,
 /// so each needs it), or makes it the one term.
 fn avoid_node(spec: &mut k8s_openapi::api::core::v1::PodSpec, node: &str) {
     let not_there = NodeSelectorRequirement {
-        key: "kubernetes.io/hostname".into(),
+        key: HOSTNAME_LABEL.into(),
         operator: "NotIn".into(),
         values: Some(vec![node.to_owned()]),
     };

@@ -181,7 +181,7 @@ def job_pod(args, api):
         )
     )
     # dstack's runner is downloaded at the pod's start, which cannot happen here: the container
-    # runs the test's stand-in (`--command`), which serves SSH on the runner's port. dstack's own
+    # runs the test's stand-in (`--runner`), which serves SSH on the runner's port. dstack's own
     # arguments are passed to it untouched, so the pod spec carries what a server writes there.
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name=args.name, labels=labels),
@@ -190,7 +190,7 @@ def job_pod(args, api):
                 client.V1Container(
                     name=f"{args.name}-container",
                     image=args.image,
-                    command=["/bin/sh", "-c", args.command, "runner"],
+                    command=["/bin/sh", "-c", args.runner, "runner"],
                     args=["-c", " && ".join(get_docker_commands(keys))],
                     env=[client.V1EnvVar(name="JOB_AUTHORIZED_KEYS", value="\n".join(keys))],
                     ports=[client.V1ContainerPort(container_port=DSTACK_RUNNER_SSH_PORT)],
@@ -329,7 +329,7 @@ def main():
     p.add_argument("--user", default="admin")
     p.add_argument("--project-key", required=True)
     p.add_argument("--key", action="append", default=[], help="a user key file")
-    p.add_argument("--command", required=True, help="the stand-in for dstack's runner")
+    p.add_argument("--runner", required=True, help="the stand-in for dstack's runner: a shell command")
 
     p = commands.add_parser("grant")
     p.add_argument("--project-private-key", required=True)

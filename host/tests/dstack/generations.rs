@@ -56,7 +56,7 @@ async fn job(scenario: &Scenario, name: &str, keys: &[&Path]) -> String {
         name,
         "--project-key",
         &project,
-        "--command",
+        "--runner",
         RUNNER,
     ];
     for key in &keys {
@@ -180,11 +180,18 @@ impl Drop for Uncordon {
     }
 }
 
-/// Of the probes made since `from`: how many were refused or failed, of how many.
+/// Of the probes made since `from`: how many were refused or failed, of how many. Each
+/// failure is printed, with when it was made.
 fn refused(outcomes: &[Probe], from: Instant) -> (usize, usize) {
     let since: Vec<&Probe> = outcomes.iter().filter(|(made, _)| *made >= from).collect();
-    let failed = since.iter().filter(|(_, o)| o.is_err()).count();
-    (failed, since.len())
+    let failed: Vec<(Duration, &String)> = since
+        .iter()
+        .filter_map(|(made, o)| Some((made.duration_since(from), o.as_ref().err()?)))
+        .collect();
+    for (at, why) in &failed {
+        eprintln!("  failed {at:?} after: {why}");
+    }
+    (failed.len(), since.len())
 }
 
 /// The annotation that makes `jumppod-controlplane` cut a real node's power and, removed, boot

@@ -270,14 +270,26 @@ impl Scenario {
 }
 
 /// The namespace, its pods placed on the real nodes: their label as the default node selector
-/// (PodNodeSelector) and their taint tolerated by default (PodTolerationRestriction).
+/// (PodNodeSelector), and their taint, and the pressure node's if there is one, tolerated by
+/// default (PodTolerationRestriction): a pod has two nodes to be on, as a drain needs.
 async fn placed_namespace(kube: &Kube, ns: &str, nodes: &RealNodes) {
     let (label, value) = &nodes.label;
-    let tolerations = json!([{"key": nodes.taint_key, "operator": "Equal", "value": "true",
-                              "effect": "NoSchedule"}]);
+    let ready: Value = serde_json::from_str(
+        &std::fs::read_to_string(cluster_dir().join("ready.json")).expect("ready.json"),
+    )
+    .expect("ready.json is JSON");
+    let pressure = ready["real_nodes"]["pressure"]["taint"]
+        .as_str()
+        .and_then(|t| t.split('=').next());
+    let tolerations: Vec<Value> = std::iter::once(nodes.taint_key.as_str())
+        .chain(pressure)
+        .map(
+            |key| json!({"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}),
+        )
+        .collect();
     let namespace: Namespace = typed(json!({"metadata": {"name": ns, "annotations": {
         "scheduler.alpha.kubernetes.io/node-selector": format!("{label}={value}"),
-        "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations.to_string(),
+        "scheduler.alpha.kubernetes.io/defaultTolerations": Value::from(tolerations).to_string(),
     }}}));
     Api::<Namespace>::all(kube.client.clone())
         .create(&PostParams::default(), &namespace)

@@ -383,3 +383,41 @@ fn a_copy_of_a_pod_the_policy_never_saw_gets_what_the_policy_fills_in() {
         template.spec.as_ref().unwrap().containers[0].command
     );
 }
+
+#[test]
+fn a_copy_of_a_copy_is_kept_off_the_node_going_away_now_not_every_one_before() {
+    let template = named("a", Is::Ready);
+    let first = copy(NAME, &template, Copy::Named, Some("a"), &no_kit());
+    assert_eq!(annotation(&first.metadata, AVOIDS_ANNOTATION), Some("a"));
+    let second = copy(NAME, &first, Copy::Standby, Some("b"), &no_kit());
+    let text = serde_json::to_value(&second.spec.as_ref().unwrap().affinity).unwrap();
+    assert_eq!(
+        text,
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["b"]}
+            ]}]
+        }}})
+    );
+    let third = copy(NAME, &second, Copy::Named, None, &no_kit());
+    assert_eq!(
+        third.spec.unwrap().affinity,
+        None,
+        "a fine node: no affinity left"
+    );
+    assert_eq!(annotation(&third.metadata, AVOIDS_ANNOTATION), None);
+}
+
+#[test]
+fn a_node_affinity_of_dstacks_own_is_kept_when_the_copy_forgets_the_node() {
+    let mut template = named("a", Is::Ready);
+    template.spec.as_mut().unwrap().affinity = serde_json::from_value(json!({"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]},
+        ]}
+    }}))
+    .unwrap();
+    let kept_off = copy(NAME, &template, Copy::Named, Some("a"), &no_kit());
+    let back = copy(NAME, &kept_off, Copy::Named, None, &no_kit());
+    assert_eq!(back.spec.unwrap().affinity, template.spec.unwrap().affinity);
+}
