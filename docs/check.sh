@@ -16,7 +16,7 @@ cd "$root"
 # Files generated elsewhere (by `jumppod` itself): a link to one is accepted when it is absent.
 generated=(docs/reference/cli.md)
 
-user_docs=(README.md CHANGELOG.md charts/jumppod/README.md policy/README.md
+user_docs=(README.md CHANGELOG.md CONTRIBUTING.md charts/jumppod/README.md policy/README.md
   host/README.md controlplane/README.md)
 while IFS= read -r f; do user_docs+=("$f"); done < <(find docs -name '*.md' -type f | sort)
 # Checked for (1) only: text that is not markdown.
