@@ -295,7 +295,7 @@ bench-webhook: policy image-bin
 
 ## bench-jump-pod: the jump pod at its default size on a real node: its memory with 0, 10 and 40
 ## SSH sessions through it, the throughput of one, and how long new connections fail after its
-## sshd crashes (host/bench/jump-pod.sh), in a control plane with 2 real nodes (root)
+## container crashes (host/bench/jump-pod.sh), in a control plane with 2 real nodes (root)
 bench-jump-pod: real-node-deps real-node-images image-bin $(CONTROLPLANE)
 	@command -v jq >/dev/null 2>&1 || { echo "bench-jump-pod: installing Debian's jq"; $(call apt-install,jq); }
 	$(CONTROLPLANE) run --real-nodes 2 --real-node-images $(REAL_NODE_IMAGES) \
