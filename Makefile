@@ -39,7 +39,7 @@ STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 NICE         := nice -n 10
 
-.PHONY: image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -67,12 +67,13 @@ kubectl:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kubernetes-client >/dev/null; \
 	  else echo "run as root or install kubectl yourself (apt-get install kubernetes-client)" >&2; exit 1; fi; }
 
-## sshd: the jump pod's start script is tested under a real OpenSSH sshd (host/tests/sshd.rs,
-## in namespaces of its own: root, unshare, ip), from Debian's openssh-server
+## sshd: the jump pod's start script and the kit's hooks are tested under a real OpenSSH sshd
+## (host/tests/sshd.rs, host/tests/kit.rs, in namespaces of their own: root, unshare, ip), from
+## Debian's openssh-server; the kit's under busybox's shell and applets too (an alpine image's)
 sshd:
-	@{ test -x /usr/sbin/sshd && command -v ip >/dev/null 2>&1; } || { \
-	  echo "sshd or ip not found: installing Debian's openssh-server and iproute2 (host/tests/sshd.rs runs a real sshd)"; \
-	  $(call apt-install,openssh-server iproute2); }
+	@{ test -x /usr/sbin/sshd && command -v ip >/dev/null 2>&1 && command -v busybox >/dev/null 2>&1; } || { \
+	  echo "sshd, ip or busybox not found: installing Debian's openssh-server, iproute2 and busybox (host/tests/sshd.rs and kit.rs run a real sshd)"; \
+	  $(call apt-install,openssh-server iproute2 busybox); }
 
 ## policy: build the Kubewarden policy (policy.wasm at the top of the repo)
 policy: policy.wasm
@@ -150,7 +151,7 @@ chart-check: $(HELM)
 ## compiled, the real-node test binaries too (`--all-targets` leaves out test targets with
 ## `test = false`, so they are named), without running any (the stages that run them then build
 ## nothing)
-REAL_NODE_TESTS := --test real_node --test in_cluster
+REAL_NODE_TESTS := --test real_node --test in_cluster --test dstack
 test-build: setup
 	$(TEST_CARGO) test --workspace --all-targets --features $(FEATURES) --no-run
 	$(TEST_CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS) --no-run
@@ -203,11 +204,11 @@ test-stages:
 # profile's directory while it builds, not the whole target/: `unit` runs its (test-profile)
 # binaries while the image's profile is built.
 .PHONY: test-lanes ci-policy ci-test-build ci-image-bin ci-image-check ci-web ci-packages ci-helm \
-  ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images ci-real-node-check ci-web-setup \
+  ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images ci-real-node-check ci-dstack-venv ci-web-setup \
   ci-npm ci-unit ci-chart-check ci-web-test
 test-lanes: ci-policy ci-test-build ci-image-bin ci-image-check ci-web \
   ci-packages ci-helm ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images \
-  ci-real-node-check ci-web-setup ci-npm \
+  ci-real-node-check ci-dstack-venv ci-web-setup ci-npm \
   ci-unit ci-chart-check ci-web-test
 # The cargo lane.
 ci-policy:
@@ -237,8 +238,10 @@ ci-real-node-images: | ci-controlplane-check
 	$(STAGE) real-node-images $(NICE) $(MAKE) --no-print-directory -j1 real-node-images
 ci-real-node-check: | ci-real-node-images
 	$(STAGE) real-node-check $(MAKE) --no-print-directory -j1 real-node-check
+ci-dstack-venv: | ci-real-node-check
+	$(STAGE) dstack-venv $(NICE) $(MAKE) --no-print-directory -j1 dstack-venv
 # After the cargo lane's first stage: both lanes would otherwise run rustup at once.
-ci-web-setup: | ci-real-node-check ci-policy
+ci-web-setup: | ci-dstack-venv ci-policy
 	$(STAGE) web-setup $(NICE) $(MAKE) --no-print-directory -j1 web-setup
 ci-npm: | ci-web-setup
 	$(STAGE) npm $(NICE) $(MAKE) --no-print-directory -j1 web/node_modules/.installed $(CHROMIUM)
@@ -252,7 +255,7 @@ ci-web-test: | ci-chart-check ci-web ci-npm
 
 ## packages: every Debian package `make test` installs, in one apt-get (each target that needs
 ## some still checks for its own)
-TEST_PACKAGES = openssh-server iproute2 $(REAL_NODE_PACKAGES) $(IMAGE_PACKAGES) chromium
+TEST_PACKAGES = openssh-server iproute2 busybox $(REAL_NODE_PACKAGES) $(IMAGE_PACKAGES) chromium
 packages:
 	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if ! command -v kubectl >/dev/null 2>&1; then missing="$$missing kubernetes-client"; fi; \
@@ -283,9 +286,9 @@ bench-controller: setup $(CONTROLPLANE)
 	  $(CARGO) bench -p jumppod-host --features real-cluster --bench controller
 
 ## bench-webhook: `jumppod webhook` (the image's binary, `make image-bin`) over TLS on 127.0.0.1,
-## loaded by wrk (8 connections, 8 s per request) with an ordinary pod, a conforming jump pod and
-## a bare legacy pod it mutates: req/s, p50, p99, and its RSS at rest, while starting and after
-## the load (host/bench/webhook.sh). wrk, jq, curl and openssl from Debian's packages.
+## loaded by wrk (8 connections, 8 s per request) with an ordinary pod, a conforming jump pod, a
+## bare legacy pod it mutates and dstack's jump pod it gives the kit: req/s, p50, p99, and its
+## RSS at rest, while starting and after the load (host/bench/webhook.sh). wrk, jq, curl and openssl from Debian's packages.
 BENCH_WEBHOOK_PACKAGES := wrk jq curl openssl
 bench-webhook: policy image-bin
 	@{ command -v wrk && command -v jq && command -v curl && command -v openssl; } >/dev/null 2>&1 || { \
@@ -333,6 +336,20 @@ controlplane-check: $(CONTROLPLANE_TEST)
 	@test -z "$$(gofmt -l controlplane)" || { gofmt -l controlplane; echo "gofmt: files above need formatting"; exit 1; }
 	cd controlplane && CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 go vet -tags realnode ./...
 	cd controlplane && nice -n 10 $(CONTROLPLANE_TEST) -test.skip '^TestRealNodes' -test.timeout 10m
+
+## dstack-venv: dstack's own Python code, the release operators run, pinned with everything it
+## pulls in (tests/dstack/requirements.txt), in a virtual environment of its own; the real-node
+## scenarios drive dstack's Kubernetes backend through tests/dstack/driver.py in it
+DSTACK_VENV := $(TARGET_DIR)/dstack-venv
+export JUMPPOD_DSTACK_PYTHON := $(DSTACK_VENV)/bin/python
+export JUMPPOD_DSTACK_DRIVER := $(CURDIR)/tests/dstack/driver.py
+dstack-venv: $(DSTACK_VENV)/.installed
+$(DSTACK_VENV)/.installed: tests/dstack/requirements.txt
+	rm -rf $(DSTACK_VENV)
+	python3 -m venv $(DSTACK_VENV)
+	$(DSTACK_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r tests/dstack/requirements.txt
+	$(JUMPPOD_DSTACK_PYTHON) $(JUMPPOD_DSTACK_DRIVER) check
+	touch $@
 
 ## real-node-deps: what the real nodes run, from Debian's packages (root): containerd and runc,
 ## the CNI plugins, iptables and conntrack for kube-proxy, debootstrap for the jump pod's image
@@ -418,7 +435,8 @@ real-node-check: real-node-deps real-node-images $(CONTROLPLANE_TEST)
 	cd controlplane && JUMPPOD_REAL_NODE_IMAGES=$(REAL_NODE_IMAGES) nice -n 10 \
 	  $(CONTROLPLANE_TEST) -test.run '^TestRealNodes' -test.v -test.timeout 15m
 
-## real-node-scenarios: the host's own scenarios on real nodes (host/tests/real_node.rs): the
+## real-node-scenarios: the host's own scenarios on real nodes (host/tests/real_node.rs), and
+## dstack 0.22.5's own code beside `jumppod webhook` (host/tests/dstack.rs): the
 ## ReplicaSet `ensure` creates, its pod's sshd reached by OpenSSH through the NodePort, evicted
 ## and reached again; the kubelet's own evictions under memory pressure; inside a control
 ## plane of its own with 2 real nodes, the second evicting for memory 2 GiB below what is
@@ -429,7 +447,7 @@ real-node-check: real-node-deps real-node-images $(CONTROLPLANE_TEST)
 ## `make image`'s image and the chart; helm installs the chart from it and the nodes' containerd
 ## pulls the image by digest (the jump pods' sshd image too), nothing imported but the pause image.
 REAL_NODE_TEST := $(TEST_CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS)
-real-node-scenarios: policy real-node-deps real-node-images sshd image $(HELM) $(CONTROLPLANE)
+real-node-scenarios: policy real-node-deps real-node-images sshd image dstack-venv $(HELM) $(CONTROLPLANE)
 	$(REAL_NODE_TEST) --no-run
 	set -o pipefail; nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --registry \
 	  --real-node-images $(REAL_NODE_IMAGES) --dir $(TARGET_DIR)/controlplane/real-node -- \

@@ -192,6 +192,12 @@ func startCluster(ctx context.Context, opts upOptions) (*cluster, error) {
 		"--audit-log-format=json",
 		"--audit-log-mode=blocking",
 		"--allow-privileged=true",
+		// A namespace's default node selector and tolerations (its
+		// scheduler.alpha.kubernetes.io annotations), as operators pin a
+		// namespace to a pool of nodes: how dstack's own jump pod, which
+		// names no node, lands on the real nodes in the tests that drive
+		// dstack's code.
+		"--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
 		"--profiling=false",
 	))
 	if err != nil {

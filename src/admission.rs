@@ -5,7 +5,8 @@
 //! borrowed head of a pod within the payload (the one-pass read: metadata read, spec kept raw).
 //! Either way scope, classification and the settings are decided here once; only a jump pod
 //! (or a jump-pod ReplicaSet) is read further, and where the head cannot be judged exactly as
-//! the typed parse would judge it, the full read decides.
+//! the typed parse would judge it, the full read decides. So does it for a jump pod created
+//! with the kit on: the kit is planned from the typed pod (`crate::kit`).
 
 use crate::json::Json;
 use crate::mutate::{self, Mutation};
@@ -15,7 +16,7 @@ use crate::schema::{self, Schema};
 use crate::settings::{Contract, Settings};
 use crate::splice::{Checked, Span};
 use crate::verdict::{Mutated, Rejection, Verdict, Warning};
-use crate::view::{self, PodHead, PodView, Text};
+use crate::view::{self, PodHead, PodView, SpecView, Text};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use serde::Deserialize;
@@ -177,6 +178,12 @@ pub fn judge(request: Request<'_, '_>, settings: Option<&RawValue>) -> Verdict {
         Ok(contract) => contract,
         Err(verdict) => return verdict,
     };
+    // The kit is planned from the typed pod (the view does not read what it needs).
+    if let Object::Head { full, .. } = &object
+        && contract.adds_kit()
+    {
+        return full();
+    }
     match object {
         Object::Raw { object, old } => {
             let old = old.filter(|_| update);
@@ -297,6 +304,7 @@ fn review_pod(
 ) -> Verdict {
     let Judged { schema, subject } = judged;
     if old.is_none()
+        && !contract.adds_kit()
         && let Some(view) = PodView::read(object.get())
     {
         return match create_pod(&view, schema, &subject, contract) {
@@ -348,6 +356,10 @@ fn mutate_pod(
     subject: &str,
     contract: &Contract,
 ) -> Option<Verdict> {
+    // The kit is written into a `Value` only: the typed parse writes it.
+    if mutation.kit.is_some() {
+        return None;
+    }
     // Read before judging, as the typed parse would refuse what cannot be read.
     let pod = PodJson::read(object)?;
     let mut spec = view.spec.clone().unwrap_or_default();
@@ -448,9 +460,12 @@ fn review_pod_typed(
     let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     if let Some(old) = old {
         return match parse::<Pod>(old, &format!("the old {subject}")) {
-            Ok((_, old_pod)) => {
-                judge_update(spec, &old_pod.spec.unwrap_or_default(), subject, contract)
-            }
+            Ok((_, old_pod)) => judge_update(
+                rules::check(spec, contract),
+                spec,
+                &old_pod.spec.unwrap_or_default(),
+                subject,
+            ),
             Err(message) => Verdict::unreadable(message),
         };
     }
@@ -486,18 +501,39 @@ fn review_replica_set(
         Ok((_, rs)) => template_spec(rs),
         Err(message) => return Verdict::unreadable(message),
     };
+    let violations = template_violations(&spec, contract);
     match old.map(|old| parse::<ReplicaSet>(old, &format!("the old {subject}"))) {
-        Some(Ok((_, old_rs))) => judge_update(&spec, &template_spec(old_rs), subject, contract),
+        Some(Ok((_, old_rs))) => judge_update(violations, &spec, &template_spec(old_rs), subject),
         Some(Err(message)) => Verdict::unreadable(message),
-        None => verdict(rules::check(&spec, contract), subject, Vec::new()),
+        None => verdict(violations, subject, Vec::new()),
     }
 }
 
+/// What a template breaks in the pods it makes. Templates are never mutated, but with mutation
+/// on each pod is, at its creation: a value missing from the template is filled in then, and
+/// only what the pods still break counts. With mutation off, the template as it stands.
+fn template_violations(spec: &PodSpec, contract: &Contract) -> Vec<Violation> {
+    let mut template = SpecView::of_spec(spec);
+    if contract.mutate {
+        let pod = PodView {
+            spec: Some(view::Object(template.clone())),
+            ..PodView::default()
+        };
+        // The current schema: the fills of a template's pods are their resources alone.
+        mutate::plan_view(&pod, Schema::Current, contract).apply_to_view(&mut template);
+    }
+    rules::check_view(&template, contract)
+}
+
 /// An update that leaves the resources as they were is accepted, with a warning if they
-/// break the contract: existing objects must never be locked (a ReplicaSet adopts a legacy
-/// BestEffort pod by updating its ownerReferences).
-fn judge_update(spec: &PodSpec, old: &PodSpec, subject: &str, contract: &Contract) -> Verdict {
-    let violations = rules::check(spec, contract);
+/// break the contract (`violations`, of the object as updated): existing objects must never be
+/// locked (a ReplicaSet adopts a legacy BestEffort pod by updating its ownerReferences).
+fn judge_update(
+    violations: Vec<Violation>,
+    spec: &PodSpec,
+    old: &PodSpec,
+    subject: &str,
+) -> Verdict {
     if rules::resources_by_container(spec) != rules::resources_by_container(old) {
         return verdict(violations, subject, Vec::new());
     }
@@ -649,15 +685,54 @@ mod tests {
         )));
     }
 
-    #[test]
-    fn a_conforming_jump_pod_is_accepted_as_is() {
+    #[rstest]
+    #[case::with_the_kit_off(json!({"kit": false}))]
+    #[case::with_mutation_off(json!({"mutate": false}))]
+    fn a_conforming_jump_pod_is_accepted_as_is(#[case] settings: Value) {
         assert!(is_accept(&run(
             POD,
             "CREATE",
             &jump_pod(guaranteed()),
             None,
-            &json!({})
+            &settings
         )));
+    }
+
+    #[test]
+    fn a_conforming_jump_pod_gets_the_kit_and_nothing_else() {
+        let pod = jump_pod(guaranteed());
+        let Answer::Mutate { object, warnings } = run(POD, "CREATE", &pod, None, &json!({})) else {
+            panic!("expected a mutation");
+        };
+        assert!(warnings.is_empty());
+        let container = &object["spec"]["containers"][0];
+        assert_eq!(container["resources"], guaranteed());
+        assert_eq!(
+            container["lifecycle"]["preStop"]["exec"]["command"][2],
+            crate::kit::pre_stop_script(300)
+        );
+        assert_eq!(object["spec"]["terminationGracePeriodSeconds"], 320);
+        assert_eq!(
+            object["spec"]["volumes"][0]["secret"]["secretName"],
+            "dstack-main-ssh-jump-pod-authorized-keys"
+        );
+        // Created again as it came out, it needs nothing more.
+        assert!(is_accept(&run(POD, "CREATE", &object, None, &json!({}))));
+    }
+
+    #[test]
+    fn a_jump_pod_that_breaks_a_rule_is_rejected_with_the_kit_on() {
+        let outcome = run(
+            POD,
+            "CREATE",
+            &jump_pod(json!({"requests": {"cpu": "50m"}})),
+            None,
+            &json!({"sessionDrainSeconds": 5}),
+        );
+        assert!(
+            matches!(&outcome, Answer::Reject { message, code: None } if message.contains("cpu request 50m is below the minimum 100m")),
+            "{outcome:?}"
+        );
     }
 
     #[test]
@@ -750,26 +825,55 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_replica_set_is_judged_by_its_template_and_never_mutated() {
-        assert!(is_accept(&run(
-            RS,
-            "CREATE",
-            &replica_set(guaranteed()),
-            None,
-            &json!({})
-        )));
-        let Answer::Reject { message, .. } =
-            run(RS, "CREATE", &replica_set(json!({})), None, &json!({}))
+    #[rstest]
+    #[case::a_guaranteed_template_is_accepted(guaranteed(), json!({}), None)]
+    #[case::a_template_without_resources_is_accepted_as_its_pods_get_them(json!({}), json!({}), None)]
+    #[case::a_request_without_its_limit_is_accepted_as_its_pods_get_the_limit(
+        json!({"requests": {"cpu": "250m"}}), json!({}), None)]
+    #[case::a_value_set_but_wrong_is_rejected_though_the_rest_would_be_filled_in(
+        json!({"requests": {"cpu": "50m"}}), json!({}),
+        Some("container \"sshd\": cpu request 50m is below the minimum 100m"))]
+    #[case::a_template_without_resources_is_rejected_with_mutation_off(
+        json!({}), json!({"mutate": false}),
+        Some("container \"sshd\": cpu has no request and no limit"))]
+    fn a_replica_set_is_judged_by_the_pods_it_makes_and_never_mutated(
+        #[case] resources: Value,
+        #[case] settings: Value,
+        #[case] rejected_for: Option<&str>,
+    ) {
+        let outcome = run(RS, "CREATE", &replica_set(resources), None, &settings);
+        match rejected_for {
+            None => assert!(is_accept(&outcome), "{outcome:?}"),
+            Some(problem) => {
+                let Answer::Reject { message, .. } = outcome else {
+                    panic!("expected a rejection, got {outcome:?}");
+                };
+                assert!(
+                    message.starts_with(
+                        "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract: "
+                    ),
+                    "{message}"
+                );
+                assert!(message.contains(problem), "{message}");
+            }
+        }
+    }
+
+    #[rstest]
+    #[case::with_mutation_on_nothing_to_warn_of(json!({}), 0)]
+    #[case::with_mutation_off_a_warning(json!({"mutate": false}), 1)]
+    fn scaling_a_replica_set_whose_template_lacks_resources_is_accepted(
+        #[case] settings: Value,
+        #[case] warnings: usize,
+    ) {
+        let old = replica_set(json!({}));
+        let mut new = old.clone();
+        new["spec"]["replicas"] = json!(0);
+        let Answer::Accept { warnings: found } = run(RS, "UPDATE", &new, Some(&old), &settings)
         else {
-            panic!("expected a rejection");
+            panic!("expected acceptance");
         };
-        assert!(
-            message.starts_with(
-                "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\""
-            ),
-            "{message}"
-        );
+        assert_eq!(found.len(), warnings, "{found:?}");
     }
 
     #[test]

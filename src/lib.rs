@@ -1,10 +1,11 @@
 //! The jump-pod contract of dstack's SSH jump pod, shared by the Kubewarden policy (Wasm) and
-//! the native host: the label schema, Kubernetes quantities, the rules, the mutation and the
-//! settings. Pure functions over typed k8s-openapi objects and borrowed views of the
+//! the native host: the label schema, Kubernetes quantities, the rules, the mutation (the kit
+//! among it) and the settings. Pure functions over typed k8s-openapi objects and borrowed views of the
 //! request's JSON; no I/O.
 
 pub mod admission;
 pub mod json;
+pub mod kit;
 pub mod mutate;
 mod outlined;
 pub mod payload;

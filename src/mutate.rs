@@ -1,10 +1,12 @@
 //! What a jump pod is missing at creation, and how to fill it in.
 //!
-//! The plan is computed from the borrowed view of the pod and applied to the pod's JSON value:
+//! The plan is computed from the borrowed view of the pod (the resources and labels) or from
+//! the typed pod (those and the [kit](crate::kit)), and applied to the pod's JSON value:
 //! rewriting the object through typed structs would drop fields this crate's Kubernetes
 //! version does not know, and the JSONPatch the policy-server derives would then remove them.
 
 use crate::json::{self, Json};
+use crate::kit::{self, Kit, object_at};
 use crate::rules::{Resource, Side};
 use crate::schema::{self, Schema};
 use crate::settings::Contract;
@@ -33,13 +35,17 @@ pub enum Fill {
 /// Everything a pod lacks, plus what could not be filled in and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Mutation {
+    /// What the contract requires: with mutation off, a pod lacking it is rejected.
     pub fills: Vec<Fill>,
+    /// What the kit adds: never required (with mutation or the kit off, none is planned).
+    /// Planned from the typed pod only, and written only into a `Value`.
+    pub kit: Option<Kit>,
     pub warnings: Vec<String>,
 }
 
 impl Mutation {
     pub fn is_empty(&self) -> bool {
-        self.fills.is_empty()
+        self.fills.is_empty() && self.kit.is_none()
     }
 
     /// One item per missing value, as the rejection when mutation is switched off lists them
@@ -53,8 +59,28 @@ impl Mutation {
     }
 
     /// Writes the fills into a pod's JSON (a `Value`, or the borrowed [`Json`] a mutation
-    /// returns), creating the maps on the way.
+    /// returns), creating the maps on the way; and the kit, into a `Value` (a mutation with a
+    /// kit is written into nothing else).
     pub fn apply<'a, D: Document<'a>>(&'a self, pod: &mut D) {
+        self.apply_fills(pod);
+        if let (Some(kit), Some(pod)) = (&self.kit, pod.value_mut()) {
+            kit.apply(pod);
+        }
+    }
+
+    /// Writes the mutation into a typed pod: what a host does to a pod it creates itself (a
+    /// copy of dstack's jump pod). Through the pod's JSON, as the policy writes it.
+    pub fn apply_to_pod(&self, pod: &mut Pod) -> Result<(), serde_json::Error> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let mut value = serde_json::to_value(&*pod)?;
+        self.apply(&mut value);
+        *pod = serde_json::from_value(value)?;
+        Ok(())
+    }
+
+    fn apply_fills<'a, D: Document<'a>>(&'a self, pod: &mut D) {
         for fill in &self.fills {
             match fill {
                 Fill::Resource {
@@ -106,6 +132,10 @@ pub trait Document<'a>: Sized {
     fn map_at<'m>(map: &'m mut Self::Map, key: &'static str) -> &'m mut Self::Map;
     /// Sets `key` to the string `value`.
     fn set(map: &mut Self::Map, key: &'static str, value: &'a str);
+    /// The document as a `Value`, the one document the kit is written into.
+    fn value_mut(&mut self) -> Option<&mut Value> {
+        None
+    }
 }
 
 impl Document<'_> for Value {
@@ -129,6 +159,10 @@ impl Document<'_> for Value {
 
     fn set(map: &mut Self::Map, key: &'static str, value: &str) {
         map.insert(key.to_owned(), Value::String(value.to_owned()));
+    }
+
+    fn value_mut(&mut self) -> Option<&mut Value> {
+        Some(self)
     }
 }
 
@@ -195,24 +229,30 @@ impl Mutation {
     }
 }
 
-/// The object at `key`, replacing an absent or null one with `{}`.
-fn object_at<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    let slot = parent
-        .entry(key.to_owned())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !slot.is_object() {
-        *slot = Value::Object(Map::new());
-    }
-    slot.as_object_mut().expect("just made an object")
-}
-
-/// What a jump pod of the given schema needs at creation. Values already set are never
-/// rewritten: if they break a rule, the rules reject them.
+/// What a jump pod of the given schema needs at creation, the kit among it. Values already set
+/// are never rewritten (the kit only raises the grace period): if they break a rule, the rules
+/// reject them.
 pub fn plan(pod: &Pod, schema: Schema, contract: &Contract) -> Mutation {
-    plan_view(&PodView::of_pod(pod), schema, contract)
+    let mut mutation = plan_view(&PodView::of_pod(pod), schema, contract);
+    mutation.kit = kit::plan(pod, contract);
+    mutation
 }
 
-/// [`plan`] over the borrowed view of a pod.
+/// Plans what a created jump pod needs and writes it into the typed pod: what a host applies
+/// to a pod it creates from a copy of dstack's (whose own creation the policy mutated, or
+/// not). Returns what was added; the pod is unchanged where it cannot be written.
+pub fn fill_pod(
+    pod: &mut Pod,
+    schema: Schema,
+    contract: &Contract,
+) -> Result<Mutation, serde_json::Error> {
+    let mutation = plan(pod, schema, contract);
+    mutation.apply_to_pod(pod)?;
+    Ok(mutation)
+}
+
+/// [`plan`] over the borrowed view of a pod, without the kit (the view does not read what the
+/// kit needs: the ports, hooks, probes, volumes and command).
 pub fn plan_view(pod: &PodView<'_>, schema: Schema, contract: &Contract) -> Mutation {
     let mut mutation = Mutation::default();
     if let Some(spec) = &pod.spec {
@@ -446,18 +486,64 @@ mod tests {
         assert!(mutation.warnings[0].contains("63 characters"));
     }
 
-    #[test]
-    fn a_conforming_pod_needs_nothing() {
+    fn conforming_pod() -> Value {
         let mut pod = legacy_pod("dstack-main-ssh-jump-pod");
         pod["metadata"]["labels"] =
             json!(schema::current_labels("dstack-main-ssh-jump-pod", "main"));
         pod["spec"]["containers"][0]["resources"] = json!({
             "requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "64Mi"},
             "limits": {"cpu": "1", "memory": "1Gi"}});
+        pod
+    }
+
+    #[test]
+    fn a_conforming_pod_needs_nothing_but_the_kit() {
+        let mutation = plan(
+            &typed(&conforming_pod()),
+            Schema::Current,
+            &Contract::default(),
+        );
+        assert_eq!(mutation.fills, vec![]);
+        assert!(mutation.kit.is_some());
+        let no_kit = Contract {
+            kit: false,
+            ..Contract::default()
+        };
         assert_eq!(
-            plan(&typed(&pod), Schema::Current, &Contract::default()),
+            plan(&typed(&conforming_pod()), Schema::Current, &no_kit),
             Mutation::default()
         );
+    }
+
+    #[test]
+    fn a_host_fills_in_a_typed_pod_once() {
+        let mut pod = typed(&legacy_pod("dstack-main-ssh-jump-pod"));
+        let contract = Contract::default();
+        let mutation = fill_pod(&mut pod, Schema::Legacy, &contract).unwrap();
+        assert_eq!(mutation.fills.len(), 8, "{:?}", mutation.fills);
+        assert!(mutation.kit.is_some());
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(rules::check(spec, &contract), vec![]);
+        assert!(
+            spec.containers[0]
+                .lifecycle
+                .as_ref()
+                .unwrap()
+                .pre_stop
+                .is_some()
+        );
+        assert_eq!(spec.termination_grace_period_seconds, Some(320));
+        assert_eq!(
+            pod.metadata.labels.as_ref().unwrap()[schema::INSTANCE_LABEL],
+            "dstack-main-ssh-jump-pod"
+        );
+        // What it wrote is the pod the policy would have written.
+        let mut value = legacy_pod("dstack-main-ssh-jump-pod");
+        plan(&typed(&value), Schema::Legacy, &contract).apply(&mut value);
+        assert_eq!(serde_json::to_value(&pod).unwrap(), value);
+        // Filled in once: a second time adds nothing.
+        let again = fill_pod(&mut pod, Schema::Legacy, &contract).unwrap();
+        assert!(again.is_empty(), "{again:?}");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! {"cpu": {"minimum": "100m", "default": "500m"},
 //!  "memory": {"minimum": "32Mi", "default": "1Gi"},
 //!  "ephemeralStorage": {"minimumRequest": "64Mi"},
-//!  "mutate": true}
+//!  "mutate": true,
+//!  "kit": true,
+//!  "sessionDrainSeconds": 300}
 //! ```
 //! Every key is optional. The floors (100m, 32Mi, 64Mi) are the contract itself: settings may
 //! raise them, never lower them.
@@ -19,6 +21,25 @@ pub const MEMORY_FLOOR: &str = "32Mi";
 pub const MEMORY_DEFAULT: &str = "1Gi";
 pub const EPHEMERAL_STORAGE_FLOOR: &str = "64Mi";
 
+/// How long, by default, the SSH sessions of a terminating jump pod may go on after its
+/// handover. dstack's server reconnects its runner tunnels through the replacement at once, so
+/// they need none of it; a user's `dstack attach` lasts hours, so no period saves it. What the
+/// period is for is the copy or command in flight, minutes at most; and every drain of the
+/// pod's node waits for it (the cluster autoscaler gives a pod at most 600 s).
+pub const SESSION_DRAIN_DEFAULT: u32 = 300;
+/// The longest session drain accepted.
+pub const SESSION_DRAIN_MAX: u32 = 3600;
+
+/// Why a session drain cannot be, or None: the one rule of the policy's `sessionDrainSeconds`
+/// and the host's `session_drain_seconds`.
+pub fn session_drain_problem(seconds: u32) -> Option<String> {
+    (seconds > SESSION_DRAIN_MAX).then(|| {
+        format!(
+            "{seconds} is above the maximum {SESSION_DRAIN_MAX} (an hour): every drain of the pod's node waits for it"
+        )
+    })
+}
+
 /// The settings document, as written by the operator.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -31,6 +52,12 @@ pub struct Settings {
     pub ephemeral_storage: Option<EphemeralStorageSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mutate: Option<bool>,
+    /// Add the kit to jump pods that run dstack's own command (`crate::kit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kit: Option<bool>,
+    /// How long the kit lets SSH sessions go on after the handover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_drain_seconds: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +125,17 @@ pub struct Contract {
     pub ephemeral_storage_request: Amount,
     /// Fill in what is missing (true) or reject it (false).
     pub mutate: bool,
+    /// Add the kit at creation (with `mutate` only).
+    pub kit: bool,
+    /// The kit's session drain, in seconds.
+    pub session_drain_seconds: u32,
+}
+
+impl Contract {
+    /// Whether a created jump pod gets the kit: never with mutation off, which adds nothing.
+    pub fn adds_kit(&self) -> bool {
+        self.mutate && self.kit
+    }
 }
 
 /// An invalid setting, named by its key path (`cpu.minimum`).
@@ -164,7 +202,20 @@ impl Settings {
                 EPHEMERAL_STORAGE_FLOOR,
             )?,
             mutate: self.mutate.unwrap_or(true),
+            kit: self.kit.unwrap_or(true),
+            session_drain_seconds: session_drain(self.session_drain_seconds)?,
         })
+    }
+}
+
+fn session_drain(seconds: Option<u32>) -> Result<u32, SettingsError> {
+    let seconds = seconds.unwrap_or(SESSION_DRAIN_DEFAULT);
+    match session_drain_problem(seconds) {
+        None => Ok(seconds),
+        Some(message) => Err(SettingsError {
+            key: "sessionDrainSeconds".to_owned(),
+            message,
+        }),
     }
 }
 
@@ -232,7 +283,7 @@ mod tests {
     #[case::empty_object("{}")]
     #[case::null("null")]
     #[case::floors_written_out(
-        r#"{"cpu":{"minimum":"100m","default":"500m"},"memory":{"minimum":"32Mi","default":"1Gi"},"ephemeralStorage":{"minimumRequest":"64Mi"},"mutate":true}"#
+        r#"{"cpu":{"minimum":"100m","default":"500m"},"memory":{"minimum":"32Mi","default":"1Gi"},"ephemeralStorage":{"minimumRequest":"64Mi"},"mutate":true,"kit":true,"sessionDrainSeconds":300}"#
     )]
     fn defaults_are_the_contract(#[case] json: &str) {
         let c = contract(json).unwrap();
@@ -243,6 +294,24 @@ mod tests {
         assert_eq!(c.memory.default.text, "1Gi");
         assert_eq!(c.ephemeral_storage_request.text, "64Mi");
         assert!(c.mutate);
+        assert!(c.kit && c.adds_kit());
+        assert_eq!(c.session_drain_seconds, 300);
+    }
+
+    #[rstest]
+    #[case::the_kit_switched_off(r#"{"kit":false}"#, false, 300)]
+    #[case::no_kit_without_mutation(r#"{"mutate":false}"#, false, 300)]
+    #[case::a_shorter_session_drain(r#"{"sessionDrainSeconds":5}"#, true, 5)]
+    #[case::no_session_drain_at_all(r#"{"sessionDrainSeconds":0}"#, true, 0)]
+    #[case::the_longest_session_drain(r#"{"sessionDrainSeconds":3600}"#, true, 3600)]
+    fn the_kit_and_its_session_drain_come_from_the_settings(
+        #[case] json: &str,
+        #[case] adds_kit: bool,
+        #[case] drain: u32,
+    ) {
+        let c = contract(json).unwrap();
+        assert_eq!(c.adds_kit(), adds_kit);
+        assert_eq!(c.session_drain_seconds, drain);
     }
 
     #[test]
@@ -301,6 +370,22 @@ mod tests {
         "below memory.minimum (32Mi)"
     )]
     #[case::mutate_not_a_boolean(r#"{"mutate":"yes"}"#, "mutate", "invalid type")]
+    #[case::kit_not_a_boolean(r#"{"kit":1}"#, "kit", "invalid type")]
+    #[case::session_drain_above_an_hour(
+        r#"{"sessionDrainSeconds":3601}"#,
+        "sessionDrainSeconds",
+        "3601 is above the maximum 3600"
+    )]
+    #[case::session_drain_negative(
+        r#"{"sessionDrainSeconds":-1}"#,
+        "sessionDrainSeconds",
+        "invalid value"
+    )]
+    #[case::session_drain_as_text(
+        r#"{"sessionDrainSeconds":"300"}"#,
+        "sessionDrainSeconds",
+        "invalid type"
+    )]
     #[case::quantity_as_number(r#"{"cpu":{"minimum":1}}"#, "cpu.minimum", "invalid type")]
     #[case::not_an_object("[1]", "", "must be a JSON object")]
     #[case::trailing_garbage("{} x", "", "trailing characters")]

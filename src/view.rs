@@ -673,6 +673,8 @@ mod tests {
                      "limits": {{"cpu": "500m", "memory": "1Gi"}}}}}}]}}}}"#
             );
             let object = RawValue::from_string(text).unwrap();
+            // The kit off: the verdict is the resources' alone.
+            let settings = RawValue::from_string(r#"{"kit": false}"#.into()).unwrap();
             crate::admission::judge(
                 crate::admission::Request {
                     group: "",
@@ -684,7 +686,7 @@ mod tests {
                         old: None,
                     }),
                 },
-                None,
+                Some(&settings),
             )
         };
         assert_eq!(judge("50m", "500m"), crate::Verdict::accept());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench-webhook`: `jumppod webhook` over TLS on 127.0.0.1, loaded by wrk (8 connections,
-# 8 s per request) with the three AdmissionReviews of issue 25: an ordinary pod, a conforming
-# jump pod, a bare legacy pod it mutates (policy/test_data). Prints req/s, p50 and p99 per
+# 8 s per request) with the AdmissionReviews of issue 25: an ordinary pod, a conforming jump pod
+# (dstack's, with the kit), a bare legacy pod it mutates; and dstack's bare jump pod, which it
+# gives resources and the kit (policy/test_data). Prints req/s, p50 and p99 per
 # request, and the process's memory (/proc/PID/status): VmRSS once ready, VmHWM then (the peak
 # while starting: compiling the module), and VmRSS and VmHWM after the load.
 #
@@ -30,8 +31,9 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
 # server sends it (the fixture's key order; &, < and > escaped as Go's encoder escapes them,
 # which outside strings compact JSON has none of).
 requests=(ordinary_pod:ordinary_pod_create.json
-          conforming_jump_pod:conforming_jump_pod_create.json
-          bare_legacy_pod_mutated:legacy_bare_pod_create.json)
+          conforming_jump_pod:dstack_0_22_5_bare_jump_pod_with_kit_create.json
+          bare_legacy_pod_mutated:legacy_bare_pod_create.json
+          dstack_pod_mutated:dstack_0_22_5_bare_jump_pod_create.json)
 for entry in "${requests[@]}"; do
   jq -c '{kind: "AdmissionReview", apiVersion: "admission.k8s.io/v1", request: .}' \
     "$data/${entry#*:}" | sed 's/&/\\u0026/g; s/</\\u003c/g; s/>/\\u003e/g' > "$work/${entry%%:*}.json"
@@ -61,7 +63,7 @@ for entry in "${requests[@]}"; do
   # The answer first: a bench of refusals would measure nothing.
   answer=$(curl -sk --data-binary "@$work/$name.json" -H 'Content-Type: application/json' "$url")
   case $name in
-    bare_legacy_pod_mutated) echo "$answer" | jq -e '.response.allowed and .response.patch' >/dev/null ;;
+    *_mutated) echo "$answer" | jq -e '.response.allowed and .response.patch' >/dev/null ;;
     *) echo "$answer" | jq -e '.response.allowed and (.response.patch == null)' >/dev/null ;;
   esac || { echo "unexpected answer for $name: $answer" >&2; exit 1; }
   wrk -t 2 -c "$connections" -d "$duration" --latency -s "$here/post.lua" "$url" -- "$work/$name.json" \

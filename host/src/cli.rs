@@ -136,6 +136,11 @@ pub enum Command {
         /// With --controller: the image of the Deployment (one with the jumppod binary).
         #[arg(long, requires = "controller", default_value = rbac::CONTROLLER_IMAGE)]
         image: String,
+        /// With --controller: the Lease the replicas elect their leader with (`jumppod run
+        /// --lease-name`), the one Lease the Role lets them read and update. Controllers of
+        /// two installations in one namespace need two names.
+        #[arg(long, requires = "controller", default_value = rbac::LEASE_NAME)]
+        lease_name: String,
     },
     /// Run as a controller: watch the jump pods of every project (their ReplicaSets, pods and
     /// Services) and keep them right between dstack's calls, with `ensure`'s decisions: the

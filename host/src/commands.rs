@@ -202,6 +202,7 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
             all_namespaces,
             watch_namespaces,
             image,
+            lease_name,
         } => {
             check_namespaces(
                 std::iter::once(("--namespace", &namespace))
@@ -214,8 +215,13 @@ pub async fn run(cli: Cli) -> Result<(), HostError> {
                     (false, true) => rbac::Watched::Own,
                     (false, false) => rbac::Watched::These(&watched),
                 };
-                let objects =
-                    rbac::controller_objects(&namespace, &service_account, watched, &image);
+                let objects = rbac::controller_objects(
+                    &namespace,
+                    &service_account,
+                    watched,
+                    &image,
+                    &lease_name,
+                );
                 match printer.output {
                     Output::Human => print!(
                         "{}",

@@ -194,12 +194,14 @@ pub enum Watched<'a> {
 
 /// What `jumppod rbac --controller` prints: the ServiceAccount, the rules of `jumppod run`
 /// (a Role in each namespace it watches, or for every namespace a ClusterRole), a Role for its
-/// Lease in `namespace`, a ClusterRole to watch nodes, and a Deployment of two replicas.
+/// Lease in `namespace` (named `lease`), a ClusterRole to watch nodes, and a Deployment of two
+/// replicas.
 pub fn controller_objects(
     namespace: &str,
     service_account: &str,
     watched: Watched,
     image: &str,
+    lease: &str,
 ) -> Vec<Value> {
     let subject =
         json!([{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]);
@@ -247,7 +249,7 @@ pub fn controller_objects(
         }
     };
     let mut namespaced = if own_watched { rules } else { Vec::new() };
-    namespaced.extend(lease_rules(LEASE_NAME));
+    namespaced.extend(lease_rules(lease));
     objects.extend(role(namespace, namespaced));
     // Nodes are cluster-scoped: whatever the namespaces, a ClusterRole of their own.
     let nodes_name = format!("jumppod-controller-nodes-{namespace}-{service_account}");
@@ -271,7 +273,12 @@ pub fn controller_objects(
             }
         }
     }
-    args.extend([json!("--listen"), json!("0.0.0.0:8080")]);
+    args.extend([
+        json!("--listen"),
+        json!("0.0.0.0:8080"),
+        json!("--lease-name"),
+        json!(lease),
+    ]);
     let labels = json!({"app.kubernetes.io/name": "jumppod-controller"});
     let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
     objects.push(json!({
@@ -289,7 +296,9 @@ pub fn controller_objects(
                     "enableServiceLinks": false,
                     // The lease is released on SIGTERM; 30 s leaves time for a write in flight.
                     "terminationGracePeriodSeconds": 30,
-                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                    // Non-root as the image's numeric user says (65532): no runAsUser, which
+                    // OpenShift's restricted SCCs refuse outside their own range.
+                    "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{
                         "name": "jumppod",
                         "image": image,
@@ -366,7 +375,7 @@ mod tests {
 
     #[test]
     fn the_controller_watches_but_never_creates_replicasets_and_keeps_its_lease_at_home() {
-        let objects = controller_objects("ops", "jumppod", Watched::Own, "img");
+        let objects = controller_objects("ops", "jumppod", Watched::Own, "img", LEASE_NAME);
         let kinds: Vec<&str> = objects
             .iter()
             .map(|d| d["kind"].as_str().unwrap())
@@ -400,14 +409,46 @@ mod tests {
         );
         assert_eq!(
             objects[5]["spec"]["template"]["spec"]["containers"][0]["args"],
-            json!(["run", "--namespace", "ops", "--listen", "0.0.0.0:8080"])
+            json!([
+                "run",
+                "--namespace",
+                "ops",
+                "--listen",
+                "0.0.0.0:8080",
+                "--lease-name",
+                "jumppod"
+            ])
+        );
+    }
+
+    /// Another Lease: the Role grants that one, and the Deployment's replicas elect on it.
+    #[test]
+    fn another_lease_is_the_one_granted_and_run_is_told() {
+        let objects = controller_objects("ops", "jumppod", Watched::Own, "img", "release-a");
+        assert_eq!(
+            objects[1]["rules"].as_array().unwrap().last().unwrap(),
+            &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "resourceNames": ["release-a"], "verbs": ["get", "update"]})
+        );
+        assert_eq!(
+            objects[5]["spec"]["template"]["spec"]["containers"][0]["args"],
+            json!([
+                "run",
+                "--namespace",
+                "ops",
+                "--listen",
+                "0.0.0.0:8080",
+                "--lease-name",
+                "release-a"
+            ])
         );
     }
 
     #[test]
     fn watching_some_namespaces_takes_a_role_in_each_and_the_lease_stays_at_home() {
         let list = ["dstack".to_owned(), "dstack-staging".to_owned()];
-        let objects = controller_objects("ops", "jumppod", Watched::These(&list), "img");
+        let objects =
+            controller_objects("ops", "jumppod", Watched::These(&list), "img", LEASE_NAME);
         let placed: Vec<(&str, &str)> = objects
             .iter()
             .map(|d| {
@@ -450,12 +491,15 @@ mod tests {
                 "--namespace",
                 "dstack-staging",
                 "--listen",
-                "0.0.0.0:8080"
+                "0.0.0.0:8080",
+                "--lease-name",
+                "jumppod"
             ])
         );
         // Its own namespace among them: one Role there, with both.
         let list = ["ops".to_owned(), "dstack".to_owned()];
-        let objects = controller_objects("ops", "jumppod", Watched::These(&list), "img");
+        let objects =
+            controller_objects("ops", "jumppod", Watched::These(&list), "img", LEASE_NAME);
         let own = objects
             .iter()
             .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "ops")
@@ -468,7 +512,7 @@ mod tests {
 
     #[test]
     fn watching_every_namespace_takes_a_cluster_role_and_the_lease_stays_namespaced() {
-        let objects = controller_objects("ops", "jumppod", Watched::Every, "img");
+        let objects = controller_objects("ops", "jumppod", Watched::Every, "img", LEASE_NAME);
         let kinds: Vec<&str> = objects
             .iter()
             .map(|d| d["kind"].as_str().unwrap())

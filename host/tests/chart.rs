@@ -3,8 +3,10 @@
 //! webhook-configuration --service` print, so the chart and the binary cannot drift apart; its
 //! pods are Guaranteed and locked down; `helm lint` passes and values.schema.json refuses a bad
 //! value naming it. With the feature `real-cluster`, the real API server's server-side dry run
-//! accepts what it renders, and an install, upgrade and uninstall keep the webhook's CA and
-//! leave nothing behind.
+//! accepts what it renders, an install, upgrade and uninstall keep the webhook's CA and leave
+//! nothing behind, and (chart/operations.rs, chart/certificates.rs) operators' operations
+//! (disable, rename, rollback, uninstall, `helm template | kubectl apply`, upgrades, the
+//! certificate's renewal and rotation) refuse no jump pod and leave no configuration behind.
 //!
 //! helm comes from `JUMPPOD_HELM` (the Makefile builds it into target/tools/helm from its Go
 //! module and exports the path).
@@ -106,66 +108,15 @@ fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     }
 }
 
-/// The webhook configuration of `kind` that Helm creates after an install, upgrade or rollback
-/// (a hook), checked against the emptied copies of the same name Helm's hooks put first: the
-/// validating configuration is emptied before the mutating one is made again and made again
-/// after it (weights -10, 0, 10), and before an uninstall both are emptied, the validating one
-/// first, then deleted; so the validating one never judges a jump pod the mutating one has not.
+/// The webhook configuration of `kind`: exactly one object of its kind, a plain object of the
+/// release (no hook: what `helm template` renders has no Helm to run one), which Argo CD
+/// creates after the webhook is healthy (sync wave 1, the rest in 0) and prunes before it.
 fn configuration<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
-    let all = of_kind(objects, kind);
-    let annotation = |o: &Value, key: &str| {
-        o["metadata"]["annotations"][key]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let placed = |o: &&Value| {
-        (
-            annotation(o, "helm.sh/hook"),
-            annotation(o, "helm.sh/hook-weight"),
-            annotation(o, "helm.sh/hook-delete-policy"),
-            o["webhooks"].as_array().is_some_and(Vec::is_empty),
-        )
-    };
-    let after = "post-install,post-upgrade,post-rollback";
-    let expected: Vec<(&str, &str, &str, bool)> = if kind == "MutatingWebhookConfiguration" {
-        vec![
-            (after, "0", "before-hook-creation", false),
-            (
-                "pre-delete",
-                "0",
-                "before-hook-creation,hook-succeeded",
-                true,
-            ),
-        ]
-    } else {
-        vec![
-            (after, "-10", "before-hook-creation", true),
-            (after, "10", "before-hook-creation", false),
-            (
-                "pre-delete",
-                "-10",
-                "before-hook-creation,hook-succeeded",
-                true,
-            ),
-        ]
-    };
-    let mut found: Vec<_> = all.iter().map(placed).collect();
-    let mut expected: Vec<_> = expected
-        .into_iter()
-        .map(|(h, w, p, e)| (h.to_owned(), w.to_owned(), p.to_owned(), e))
-        .collect();
-    found.sort();
-    expected.sort();
-    assert_eq!(found, expected, "{kind}");
-    let names: std::collections::BTreeSet<_> = all
-        .iter()
-        .map(|o| o["metadata"]["name"].to_string())
-        .collect();
-    assert_eq!(names.len(), 1, "{kind}: one name");
-    all.into_iter()
-        .find(|o| !placed(o).3)
-        .expect("the configuration")
+    let config = one(objects, kind);
+    let annotations = &config["metadata"]["annotations"];
+    assert_eq!(annotations.get("helm.sh/hook"), None, "{kind}");
+    assert_eq!(annotations["argocd.argoproj.io/sync-wave"], "1", "{kind}");
+    config
 }
 
 /// The Secret whose name ends with `suffix` (`-tls`: the serving pair, `-ca`: the CA).
@@ -266,7 +217,18 @@ fn chart_and_printed(watching: Watching) -> (Vec<Value>, Vec<Value>) {
         ),
     };
     let chart = template(values);
-    let args = [&["rbac", "--controller", "--namespace", NS][..], flags].concat();
+    let args = [
+        &[
+            "rbac",
+            "--controller",
+            "--namespace",
+            NS,
+            "--lease-name",
+            "jumppod",
+        ][..],
+        flags,
+    ]
+    .concat();
     (chart, jumppod(&args))
 }
 
@@ -284,7 +246,10 @@ fn the_charts_rbac_is_what_rbac_controller_prints(#[case] watching: Watching) {
     let rbac = |objects: &[Value]| -> Vec<Value> {
         objects
             .iter()
-            .filter(|o| o["kind"] != "Deployment" && o["kind"] != "ConfigMap")
+            .filter(|o| {
+                !["Deployment", "ConfigMap", "PodDisruptionBudget"]
+                    .contains(&o["kind"].as_str().unwrap())
+            })
             .cloned()
             .collect()
     };
@@ -641,7 +606,9 @@ fn an_existing_secret_is_served_with_the_ca_given() {
 
 /// Every pod the chart runs is Guaranteed (each container's requests equal its limits, cpu and
 /// memory both set) and runs as the image's non-root user, read-only, without privilege
-/// escalation or capabilities, under seccomp's RuntimeDefault.
+/// escalation or capabilities, under seccomp's RuntimeDefault; no user or group is forced (the
+/// image's numeric user lets the kubelet check runAsNonRoot, and OpenShift's restricted-v2
+/// refuses a runAsUser outside the range it assigns).
 #[rstest]
 #[case::with_the_defaults(&[])]
 #[case::with_other_sizes(&[
@@ -659,11 +626,14 @@ fn every_pod_is_guaranteed_and_locked_down(#[case] values: &[&str]) {
             pod["securityContext"],
             json!({
                 "runAsNonRoot": true,
-                "runAsUser": 65532,
-                "runAsGroup": 65532,
                 "seccompProfile": {"type": "RuntimeDefault"},
             }),
             "{name}"
+        );
+        let text = deployment.to_string();
+        assert!(
+            !text.contains("runAsUser") && !text.contains("runAsGroup"),
+            "{name}: a forced user or group"
         );
         for container in pod["containers"].as_array().unwrap() {
             let resources = &container["resources"];
@@ -714,14 +684,24 @@ fn the_controllers_configuration_file_is_the_value_and_the_binary_accepts_it() {
         "node_selector": {"pool": "jump"},
         "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 20}],
         "gpu_tolerations": true,
-        "policy_settings": {},
+        // What the ReplicaSets' drift is judged against: settable, so that the controller
+        // judges with the value `ensure --session-drain-seconds` writes.
+        "session_drain_seconds": 30,
     });
-    let chart = template(&["--set-json", &format!("controller.config={config}")]);
+    let settings = json!({"cpu": {"minimum": "250m"}});
+    let chart = template(&[
+        "--set-json",
+        &format!("controller.config={config}"),
+        "--set-json",
+        &format!("policySettings={settings}"),
+    ]);
     let file = one(&chart, "ConfigMap")["data"]["config.yaml"]
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(documents(&file), vec![config]);
+    let mut with_settings = config.clone();
+    with_settings["policy_settings"] = settings;
+    assert_eq!(documents(&file), vec![with_settings]);
     let pod = &deployment(&chart, "controller")["spec"]["template"];
     assert!(pod["metadata"]["annotations"]["checksum/config"].is_string());
     let container = &pod["spec"]["containers"][0];
@@ -771,6 +751,160 @@ fn the_controllers_configuration_file_is_the_value_and_the_binary_accepts_it() {
             .contains(&json!("--config"))
     );
     assert!(container["volumeMounts"].is_null());
+}
+
+/// One value, `policySettings`, is the webhook's `--settings` and the controller's
+/// `policy_settings`: the policy judges admissions and the controller judges drift with the
+/// same settings (two values could differ, and the controller report drift the webhook
+/// admits). The values that held them apart before are refused, naming the one to set.
+#[test]
+fn one_value_gives_the_webhook_and_the_controller_the_same_policy_settings() {
+    let settings = json!({"cpu": {"minimum": "250m", "default": "500m"}, "mutate": false});
+    let chart = template(&[
+        "--set",
+        "webhook.enabled=true",
+        "--set-json",
+        &format!("policySettings={settings}"),
+    ]);
+    let args = deployment(&chart, "webhook")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let at = args.iter().position(|a| a == "--settings").unwrap();
+    let given: Value = serde_json::from_str(args[at + 1].as_str().unwrap()).unwrap();
+    assert_eq!(given, settings);
+    let file = one(&chart, "ConfigMap")["data"]["config.yaml"]
+        .as_str()
+        .unwrap();
+    assert_eq!(documents(file)[0]["policy_settings"], settings);
+}
+
+/// Each release elects its controller's leader on a Lease of its own, named after it (its
+/// full name): two releases in one namespace do not share one. The Role grants that Lease
+/// only, and `jumppod run` is told its name.
+#[test]
+fn each_release_elects_on_a_lease_of_its_own() {
+    let leases: Vec<(Value, Value)> = ["first", "second"]
+        .into_iter()
+        .map(|release| {
+            let out = helm()
+                .args(["template", release])
+                .arg(chart())
+                .args(["--namespace", NS])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let chart = documents(&text(&out.stdout));
+            let role = of_kind(&chart, "Role")
+                .into_iter()
+                .find(|r| r["metadata"]["namespace"] == NS)
+                .unwrap()
+                .clone();
+            let granted = role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find_map(|r| r.get("resourceNames"))
+                .cloned()
+                .unwrap();
+            let args = deployment(&chart, "controller")["spec"]["template"]["spec"]["containers"]
+                [0]["args"]
+                .clone();
+            let at = args
+                .as_array()
+                .unwrap()
+                .iter()
+                .position(|a| a == "--lease-name")
+                .expect("--lease-name");
+            assert_eq!(granted, json!([args[at + 1]]), "{release}");
+            (granted, args[at + 1].clone())
+        })
+        .collect();
+    assert_eq!(leases[0].1, json!("first-jumppod"));
+    assert_eq!(leases[1].1, json!("second-jumppod"));
+}
+
+/// As a subchart, the chart gets its parent's `global` values: the schema accepts them.
+#[test]
+fn the_chart_takes_a_parents_global_values() {
+    let chart = template(&[
+        "--set",
+        "global.imageRegistry=registry.example",
+        "--set",
+        "global.x.y=1",
+    ]);
+    assert_eq!(of_kind(&chart, "Deployment").len(), 1);
+}
+
+/// What `helm template` renders (what Argo CD applies, and `helm template | kubectl apply`)
+/// is plain manifests: one object per kind and name, no hook (Helm's hooks, which order the
+/// webhook configurations for helm itself, are rendered only when helm reaches the cluster).
+#[rstest]
+#[case::with_the_webhook(&["--set", "webhook.enabled=true"])]
+#[case::with_cert_manager(&["--set", "webhook.enabled=true", "--set", "webhook.certManager.enabled=true"])]
+#[case::without_the_webhook(&[])]
+fn helm_template_renders_each_object_once_and_no_hook(#[case] values: &[&str]) {
+    let yaml = template_text(NS, values).unwrap();
+    assert!(!yaml.contains("helm.sh/hook"), "{yaml}");
+    let mut names: Vec<(Value, Value)> = documents(&yaml)
+        .iter()
+        .map(|o| (o["kind"].clone(), o["metadata"]["name"].clone()))
+        .collect();
+    let all = names.len();
+    names.sort_by_key(|n| n.0.to_string() + &n.1.to_string());
+    names.dedup();
+    assert_eq!(names.len(), all, "{names:?}");
+}
+
+/// The generated CA and serving certificate carry their dates where the chart reads them at
+/// the next upgrade (it cannot parse a certificate): made now, valid `webhook.tls.validityDays`.
+#[test]
+fn the_generated_certificates_record_their_dates() {
+    let chart = template(&[
+        "--set",
+        "webhook.enabled=true",
+        "--set",
+        "webhook.tls.validityDays=90",
+    ]);
+    for suffix in ["-ca", "-tls"] {
+        let annotations = &secret(&chart, suffix)["metadata"]["annotations"];
+        let date = |key: &str| {
+            let written = annotations[key]
+                .as_str()
+                .unwrap_or_else(|| panic!("{suffix}: {key}"));
+            let out = Command::new("date")
+                .args(["-u", "-d", written, "+%s"])
+                .output()
+                .unwrap();
+            text(&out.stdout).trim().parse::<i64>().unwrap()
+        };
+        let (before, after) = (
+            date("jumppod.dstack.ai/not-before"),
+            date("jumppod.dstack.ai/not-after"),
+        );
+        assert_eq!(after - before, 90 * 86_400, "{suffix}");
+    }
+}
+
+/// The docs' `helm upgrade` commands take `--reset-then-reuse-values` (the chart's new
+/// defaults, then the values the release was given), never `--reuse-values`, which keeps the
+/// old version's defaults too and so misses a value the chart adds.
+#[test]
+fn the_docs_upgrade_with_reset_then_reuse_values() {
+    let mut upgrades = 0;
+    for file in ["charts/jumppod/README.md", "docs/install.md", "README.md"] {
+        let doc =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file))
+                .unwrap();
+        for line in doc.lines().filter(|l| l.starts_with("helm upgrade ")) {
+            upgrades += 1;
+            assert!(
+                line.contains(" --reset-then-reuse-values") && !line.contains(" --reuse-values"),
+                "{file}: {line}"
+            );
+        }
+    }
+    assert!(upgrades >= 2, "the upgrade commands");
 }
 
 /// The chart's README has a row for every value of values.yaml (a row may cover an object, as
@@ -895,6 +1029,22 @@ fn helm_lint_passes(#[case] values: &[&str]) {
     &["--set", "webhook.drainSeconds=600"],
     "at '/webhook/drainSeconds'"
 )]
+#[case::the_webhooks_own_policy_settings(
+    &["--set", "webhook.enabled=true", "--set", "webhook.policySettings.mutate=false"],
+    "webhook.policySettings: set policySettings instead"
+)]
+#[case::the_controllers_own_policy_settings(
+    &["--set", "controller.config.policy_settings.mutate=false"],
+    "controller.config.policy_settings: set policySettings instead"
+)]
+#[case::a_session_drain_past_the_binarys_limit(
+    &["--set", "controller.config.session_drain_seconds=3601"],
+    "at '/controller/config/session_drain_seconds'"
+)]
+#[case::certificates_shorter_than_a_month(
+    &["--set", "webhook.tls.validityDays=7"],
+    "at '/webhook/tls/validityDays': minimum: got 7, want 30"
+)]
 fn a_bad_value_is_refused_naming_it(#[case] values: &[&str], #[case] error: &str) {
     let refused = template_in(NS, values).expect_err("refused");
     assert!(refused.contains(error), "{refused}");
@@ -939,24 +1089,59 @@ fn the_chart_needs_kubernetes_1_30_for_match_conditions(
     }
 }
 
+/// The PodDisruptionBudget of a component's pods (`controller`, `webhook`), if any: it keeps
+/// one running (minAvailable 1) and never holds a drain for a replica that is not ready.
+fn budget<'a>(chart: &'a [Value], component: &str) -> Option<&'a Value> {
+    let pdb = of_kind(chart, "PodDisruptionBudget")
+        .into_iter()
+        .find(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == component)?;
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    assert_eq!(
+        pdb["spec"]["selector"],
+        deployment(chart, component)["spec"]["selector"],
+        "the budget counts the {component}'s pods"
+    );
+    Some(pdb)
+}
+
+/// A component's replicas spread over nodes, without ever blocking scheduling.
+fn spread_over_nodes(chart: &[Value], component: &str) {
+    let pod = &deployment(chart, component)["spec"]["template"];
+    let spread = &pod["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(spread["whenUnsatisfiable"], "ScheduleAnyway", "{component}");
+    assert_eq!(
+        spread["topologyKey"], "kubernetes.io/hostname",
+        "{component}"
+    );
+    contains(
+        &pod["metadata"]["labels"],
+        &spread["labelSelector"]["matchLabels"],
+    );
+}
+
 /// What keeps the webhook answering through rollouts and drains: a new replica ready before
 /// an old one stops (maxUnavailable 0), a stopping one draining before it closes its listener
 /// (and the grace period above drain and shutdown), replicas spread over nodes without
 /// blocking scheduling, and a PodDisruptionBudget that keeps one serving, which an unhealthy
-/// replica never holds up; with one replica, no budget (it would block every drain).
+/// replica never holds up; with one replica, no budget (it would block every drain). On the
+/// node's network a surge replica may find no node with its port free, and the rollout would
+/// never end: there an old replica stops first (maxSurge 0, maxUnavailable 1).
 #[rstest]
-#[case::with_two_replicas(&[], true)]
-#[case::with_one_replica(&["--set", "webhook.replicas=1"], false)]
-#[case::with_a_longer_drain(&["--set", "webhook.drainSeconds=20"], true)]
+#[case::with_two_replicas(&[], true, (0, 1))]
+#[case::with_one_replica(&["--set", "webhook.replicas=1"], false, (0, 1))]
+#[case::with_a_longer_drain(&["--set", "webhook.drainSeconds=20"], true, (0, 1))]
+#[case::on_the_nodes_network(&["--set", "webhook.hostNetwork=true"], true, (1, 0))]
 fn the_webhook_keeps_a_replica_serving_through_rollouts_and_drains(
     #[case] values: &[&str],
-    #[case] budget: bool,
+    #[case] with_budget: bool,
+    #[case] (unavailable, surge): (u32, u32),
 ) {
     let chart = template(&[&["--set", "webhook.enabled=true"], values].concat());
     let webhook = deployment(&chart, "webhook");
     assert_eq!(
         webhook["spec"]["strategy"],
-        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": unavailable, "maxSurge": surge}})
     );
     let pod = &webhook["spec"]["template"];
     let args = pod["spec"]["containers"][0]["args"].as_array().unwrap();
@@ -977,21 +1162,49 @@ fn the_webhook_keeps_a_replica_serving_through_rollouts_and_drains(
         grace >= drain + 10,
         "grace {grace} s: below the drain ({drain} s) and the 10 s shutdown grace"
     );
-    let spread = &pod["spec"]["topologySpreadConstraints"][0];
-    assert_eq!(spread["whenUnsatisfiable"], "ScheduleAnyway");
-    assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
-    contains(
-        &pod["metadata"]["labels"],
-        &spread["labelSelector"]["matchLabels"],
-    );
-    let budgets = of_kind(&chart, "PodDisruptionBudget");
-    assert_eq!(budgets.len(), usize::from(budget));
-    if let Some(pdb) = budgets.first() {
-        assert_eq!(pdb["spec"]["minAvailable"], 1);
-        assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    spread_over_nodes(&chart, "webhook");
+    assert_eq!(budget(&chart, "webhook").is_some(), with_budget);
+}
+
+/// The controller must act during drains (it replaces a jump pod before its node goes): its
+/// replicas spread over nodes, and with more than one a PodDisruptionBudget keeps one running;
+/// with one, no budget (it would block every drain).
+#[rstest]
+#[case::with_two_replicas(&[], true)]
+#[case::with_three(&["--set", "controller.replicas=3"], true)]
+#[case::with_one(&["--set", "controller.replicas=1"], false)]
+fn the_controller_keeps_a_replica_through_drains(
+    #[case] values: &[&str],
+    #[case] with_budget: bool,
+) {
+    let chart = template(values);
+    spread_over_nodes(&chart, "controller");
+    assert_eq!(budget(&chart, "controller").is_some(), with_budget);
+}
+
+/// The image is built for linux/amd64 only: both Deployments stay on amd64 nodes by default
+/// (on a mixed cluster, webhook replicas on arm64 nodes would fail and, under Fail, refuse
+/// every jump pod). A key of the operator's is added to the selector; `null` removes it.
+#[rstest]
+#[case::by_default(&[], json!({"kubernetes.io/arch": "amd64"}))]
+#[case::with_a_pool(
+    &["--set", "controller.nodeSelector.pool=ops", "--set", "webhook.nodeSelector.pool=ops"],
+    json!({"kubernetes.io/arch": "amd64", "pool": "ops"})
+)]
+#[case::without_it(
+    &["--set", "controller.nodeSelector.kubernetes\\.io/arch=null", "--set", "webhook.nodeSelector.kubernetes\\.io/arch=null"],
+    Value::Null
+)]
+fn both_deployments_run_on_the_images_architecture(
+    #[case] values: &[&str],
+    #[case] selector: Value,
+) {
+    let chart = template(&[&["--set", "webhook.enabled=true"], values].concat());
+    for component in ["controller", "webhook"] {
         assert_eq!(
-            pdb["spec"]["selector"], webhook["spec"]["selector"],
-            "the budget counts the webhook's pods"
+            deployment(&chart, component)["spec"]["template"]["spec"]["nodeSelector"],
+            selector,
+            "{component}"
         );
     }
 }
@@ -1024,42 +1237,25 @@ fn the_pods_network_is_what_the_values_say(#[case] values: &[&str], #[case] host
     }
 }
 
+// The chart under operations on the real control plane (the modules say what each proves).
+#[cfg(feature = "real-cluster")]
+#[path = "chart/certificates.rs"]
+mod certificates;
+#[cfg(feature = "real-cluster")]
+#[path = "chart/live.rs"]
+mod live;
+#[cfg(feature = "real-cluster")]
+#[path = "chart/operations.rs"]
+mod operations;
+
 /// The chart's rendered objects pass the real API server's server-side dry run (strict field
 /// validation), and an install keeps its generated CA across an upgrade and leaves nothing
 /// once uninstalled.
 #[cfg(feature = "real-cluster")]
 mod real_cluster {
+    use super::live::{kubectl, namespace};
     use super::*;
     use jumppod_testkit::cluster::admin_kubeconfig;
-
-    fn kubectl(args: &[&str], stdin: Option<&str>) -> Output {
-        use std::io::Write as _;
-        use std::process::Stdio;
-        let mut child = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(admin_kubeconfig())
-            // kubectl waits for the API without a limit otherwise.
-            .args(["--request-timeout", "60s"])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl (make kubectl installs it)");
-        let mut input = child.stdin.take().unwrap();
-        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-        drop(input);
-        child.wait_with_output().unwrap()
-    }
-
-    fn namespace(name: &str) {
-        let out = kubectl(&["create", "namespace", name], None);
-        assert!(
-            out.status.success() || text(&out.stderr).contains("AlreadyExists"),
-            "{}",
-            text(&out.stderr)
-        );
-    }
 
     fn rendered(namespace: &str, args: &[&str]) -> String {
         template_text(namespace, args).unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
@@ -1185,6 +1381,60 @@ mod real_cluster {
         ] {
             assert!(notes.contains(expected), "{expected:?} not in:\n{notes}");
         }
+    }
+
+    /// NOTES.txt's commands name the release's own Lease and look for Events where the
+    /// controller reports them, in the jump pods' namespaces (not the release's, unless it
+    /// watches it); with the webhook, the serving certificate's dates.
+    #[rstest]
+    #[case::its_namespace(&[], &["kubectl -n dstack-system get events --field-selector"])]
+    #[case::some_namespaces(
+        &["--set", "controller.watchNamespaces={dstack,dstack-staging}"],
+        &["kubectl -n dstack get events --field-selector", "kubectl -n dstack-staging get events --field-selector"]
+    )]
+    #[case::every_namespace(
+        &["--set", "watchAllNamespaces=true"],
+        &["kubectl get events -A --field-selector"]
+    )]
+    fn the_install_notes_look_for_events_in_the_jump_pods_namespaces(
+        #[case] values: &[&str],
+        #[case] expected: &[&str],
+    ) {
+        let out = helm()
+            .args([
+                "install",
+                "notes-events",
+                "--dry-run=client",
+                "--namespace",
+                NS,
+            ])
+            .arg(chart())
+            .arg("--kubeconfig")
+            .arg(admin_kubeconfig())
+            .args(["--set", "webhook.enabled=true"])
+            .args(values)
+            .output()
+            .expect("helm runs");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let notes = stdout.split("NOTES:").nth(1).expect("NOTES");
+        let events: Vec<&str> = notes
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.contains("get events"))
+            .collect();
+        assert_eq!(events.len(), expected.len(), "{notes}");
+        for line in expected {
+            assert!(notes.contains(line), "{line:?} not in:\n{notes}");
+        }
+        assert!(
+            notes.contains(&format!("kubectl -n {NS} get lease notes-events-jumppod")),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("Generated by the chart: it expires on "),
+            "{notes}"
+        );
     }
 
     /// `helm install` generates the webhook's CA; `helm upgrade` to a changed value finds both

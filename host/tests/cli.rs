@@ -141,11 +141,14 @@ fn fixture(name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_prints_what_kwctl_run_prints() {
     let module = policy_module();
+    // The kit off: the patch is the labels and resources alone (policy_wasm checks the kit's).
     let out = jumppod(&[
         "eval",
         &fixture("legacy_bare_pod_create.json"),
         "--policy",
         &module,
+        "--settings",
+        r#"{"kit": false}"#,
     ])
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

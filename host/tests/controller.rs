@@ -100,23 +100,29 @@ fn grant_controller_rules_edited(
         .iter()
         .map(|u| json!({"kind": "User", "name": u, "apiGroup": "rbac.authorization.k8s.io"}))
         .collect();
-    let objects: Vec<Value> = rbac::controller_objects(ns, "jumppod", rbac::Watched::Own, "unused")
-        .into_iter()
-        .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "RoleBinding")))
-        .map(|mut o| {
-            o["metadata"]["name"] = json!(name);
-            if o.get("roleRef").is_some() {
-                o["roleRef"]["name"] = json!(name);
-            }
-            if o.get("subjects").is_some() {
-                o["subjects"] = json!(subjects);
-            }
-            if let Some(rules) = o.get_mut("rules").and_then(Value::as_array_mut) {
-                edit(rules);
-            }
-            o
-        })
-        .collect();
+    let objects: Vec<Value> = rbac::controller_objects(
+        ns,
+        "jumppod",
+        rbac::Watched::Own,
+        "unused",
+        rbac::LEASE_NAME,
+    )
+    .into_iter()
+    .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "RoleBinding")))
+    .map(|mut o| {
+        o["metadata"]["name"] = json!(name);
+        if o.get("roleRef").is_some() {
+            o["roleRef"]["name"] = json!(name);
+        }
+        if o.get("subjects").is_some() {
+            o["subjects"] = json!(subjects);
+        }
+        if let Some(rules) = o.get_mut("rules").and_then(Value::as_array_mut) {
+            edit(rules);
+        }
+        o
+    })
+    .collect();
     apply_grant(&objects);
 }
 
@@ -357,7 +363,13 @@ async fn watching_two_namespaces_it_repairs_in_each_with_a_role_in_each_and_its_
     let user = "user-9";
     let list = watched.map(str::to_owned);
     let objects = for_user(
-        rbac::controller_objects(home, "jumppod", rbac::Watched::These(&list), "unused"),
+        rbac::controller_objects(
+            home,
+            "jumppod",
+            rbac::Watched::These(&list),
+            "unused",
+            rbac::LEASE_NAME,
+        ),
         &["Role", "RoleBinding"],
         user,
     );
@@ -1001,7 +1013,13 @@ async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
     grant_controller_rules(ns, &["user-1"]);
     // The nodes' ClusterRole, as printed, bound to this test's user.
     let cluster_role = for_user(
-        rbac::controller_objects(ns, "jumppod", rbac::Watched::Own, "unused"),
+        rbac::controller_objects(
+            ns,
+            "jumppod",
+            rbac::Watched::Own,
+            "unused",
+            rbac::LEASE_NAME,
+        ),
         &["ClusterRole", "ClusterRoleBinding"],
         "user-1",
     );

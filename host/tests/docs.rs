@@ -466,7 +466,9 @@ fn a_value_is_one_that_values_yaml_declares_and_the_schema_takes() {
     assert_eq!(values::named_in("policy.wasm", &roots), None);
     assert_eq!(values::named_in("controller.rs", &roots), None);
     assert_eq!(
-        values::read_by_template("{{ if .Values.webhook.enabled }}{{ .Values.image.tag }}"),
+        values::read_by_template(
+            "{{ if .Values.webhook.enabled }}{{ .Values.image.tag }}{{ .Values._computed.x }}"
+        ),
         [
             (1, "webhook.enabled".to_owned()),
             (1, "image.tag".to_owned())

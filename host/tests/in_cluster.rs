@@ -9,10 +9,13 @@
 //! in-cluster webhook through its Service, and an uninstall leaves nothing that blocks pods.
 #![cfg(feature = "real-node")]
 
+mod real_node_support;
+
 use jumppod::schema;
 use jumppod_host::Gate;
 use jumppod_host::api::Kube;
 use jumppod_plan::config::RawConfig;
+use jumppod_testkit::admissions::{creating, dry_run, legacy_pod, mutated, no_refusal};
 use jumppod_testkit::cluster::{admin, admin_kubeconfig, cluster_dir};
 use jumppod_testkit::wait_for_up_to as wait_for;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -222,24 +225,9 @@ impl Release {
     }
 }
 
-/// What the pod's container wrote, read where its real kubelet keeps it (its `podLogsDir`,
-/// controlplane/realnode.go): the API server has no client certificate for the kubelets, so
-/// `kubectl logs` is refused (401) on these nodes.
+/// What the pod's container wrote, read where its real kubelet keeps it.
 fn container_log(pod: &Pod) -> String {
-    let node = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
-    let meta = &pod.metadata;
-    let path = cluster_dir().join(format!(
-        "nodes/{node}/pod-logs/{}_{}_{}/jumppod/0.log",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default(),
-        meta.uid.as_deref().unwrap_or_default(),
-    ));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| format!("(no log at {}: {e})", path.display()))
+    real_node_support::container_log(pod, "jumppod").unwrap_or_else(|why| why)
 }
 
 impl Drop for Release {
@@ -275,10 +263,11 @@ fn name(pod: &Pod) -> String {
     pod.metadata.name.clone().unwrap_or_default()
 }
 
-/// The Lease's holder, once someone holds it.
-async fn holder(client: &Client, ns: &str) -> Option<String> {
-    let lease = Api::<Lease>::namespaced(client.clone(), ns)
-        .get_opt("jumppod")
+/// The holder of the release's Lease (named after the chart's full name), once someone holds
+/// it.
+async fn holder(client: &Client, release: &Release) -> Option<String> {
+    let lease = Api::<Lease>::namespaced(client.clone(), release.ns)
+        .get_opt(&format!("{}-jumppod", release.name))
         .await
         .ok()??;
     lease.spec?.holder_identity.filter(|h| !h.is_empty())
@@ -419,7 +408,7 @@ async fn the_chart_runs_two_controllers_from_the_published_image_one_leading_and
     let leader = wait_for(
         "a replica to take the Lease",
         Duration::from_secs(60),
-        || holder(&client, ns),
+        || holder(&client, &release),
     )
     .await;
     assert!(
@@ -439,7 +428,7 @@ async fn the_chart_runs_two_controllers_from_the_published_image_one_leading_and
     let next = wait_for(
         "another replica to take the Lease",
         Duration::from_secs(90),
-        || async { holder(&client, ns).await.filter(|h| h != &leader) },
+        || async { holder(&client, &release).await.filter(|h| h != &leader) },
     )
     .await;
     eprintln!("the Lease went from {leader} to {next}");
@@ -511,16 +500,6 @@ async fn the_chart_runs_two_controllers_from_the_published_image_one_leading_and
         .expect("delete the namespace");
 }
 
-/// A bare pod of an older dstack release in `ns`: the legacy label, no resources.
-fn legacy_pod() -> Pod {
-    let name = schema::jump_pod_name("main");
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": schema::legacy_selector(&name)},
-        "spec": {"containers": [{"name": schema::container_name(&name), "image": schema::DEFAULT_IMAGE}]}
-    }))
-    .unwrap()
-}
-
 /// An ordinary pod labelled `app.kubernetes.io/name`, as most Helm-installed workloads are:
 /// never sent to the webhook.
 fn ordinary_pod() -> Pod {
@@ -529,20 +508,6 @@ fn ordinary_pod() -> Pod {
         "spec": {"containers": [{"name": "main", "image": "example.com/ordinary:1"}]}
     }))
     .unwrap()
-}
-
-/// Creates `pod` in `ns` as a server-side dry run: every admission webhook is called, nothing
-/// is stored or run.
-async fn dry_run(client: &Client, ns: &str, pod: &Pod) -> Result<Pod, kube::Error> {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..PostParams::default()
-            },
-            pod,
-        )
-        .await
 }
 
 async fn create_namespace(client: &Client, ns: &str) {
@@ -691,80 +656,6 @@ async fn the_in_cluster_webhook_is_called_through_its_service_and_an_uninstall_l
             .delete(n, &DeleteParams::default())
             .await;
     }
-}
-
-/// What a client creating jump pods saw: how many the webhook mutated, how many were admitted
-/// without it (no configuration at that moment), and every refusal.
-#[derive(Debug, Default)]
-struct Tally {
-    mutated: usize,
-    unchecked: usize,
-    refused: Vec<String>,
-}
-
-/// Whether the webhook mutated [`legacy_pod`]: it carries the current selector's labels.
-fn mutated(pod: &Pod) -> bool {
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    schema::current_selector(&schema::jump_pod_name("main"))
-        .iter()
-        .all(|(k, v)| labels.get(k) == Some(v))
-}
-
-/// A client creating the legacy jump pod in `ns` (a server-side dry run: every webhook called,
-/// nothing stored) every 200 ms, until the returned sender is dropped or sent to.
-fn creating(
-    client: Client,
-    ns: &'static str,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<Tally>,
-) {
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let mut tally = Tally::default();
-        let mut tick = tokio::time::interval(Duration::from_millis(200));
-        loop {
-            tokio::select! {
-                _ = &mut stopped => break,
-                _ = tick.tick() => {}
-            }
-            match dry_run(&client, ns, &legacy_pod()).await {
-                Ok(pod) if mutated(&pod) => tally.mutated += 1,
-                Ok(_) => tally.unchecked += 1,
-                Err(e) => tally.refused.push(e.to_string()),
-            }
-        }
-        tally
-    });
-    (stop, task)
-}
-
-/// Ends a client of [`creating`], prints what it saw during `phase` and checks that no jump
-/// pod was refused.
-async fn no_refusal(
-    phase: &str,
-    client: (
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<Tally>,
-    ),
-) -> Tally {
-    let (stop, task) = client;
-    let _ = stop.send(());
-    let tally = task.await.expect("the client");
-    let total = tally.mutated + tally.unchecked + tally.refused.len();
-    eprintln!(
-        "{phase}: {} of {total} jump pods refused ({} mutated by the webhook, {} admitted without it)",
-        tally.refused.len(),
-        tally.mutated,
-        tally.unchecked
-    );
-    assert!(
-        tally.refused.is_empty(),
-        "{phase}: {} of {total} refused: {:#?}",
-        tally.refused.len(),
-        tally.refused
-    );
-    tally
 }
 
 /// Jump pods created one every 200 ms, under failurePolicy Fail, through the three moments an

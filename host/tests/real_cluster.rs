@@ -685,6 +685,58 @@ async fn a_jump_pod_a_later_mutating_webhook_breaks_is_refused_by_the_validating
     );
 }
 
+/// The validating configuration judges only what the mutating one admitted (its mark): alone
+/// in the cluster (the moment one of the two is created, updated or deleted before the other,
+/// as Helm and GitOps tools do), it admits a bare pre-#3891 pod, which the mutation would have
+/// labelled and sized, instead of refusing it; a marked jump pod it does judge, and refuses
+/// for what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_validating_configuration_alone_refuses_nothing_the_mutating_one_would_fix() {
+    let admin = admin().await;
+    let ns = "rc-webhook-alone";
+    let _cleanup = CleanUp(ns.into());
+    namespace(&admin, ns).await;
+    let pods: Api<Pod> = Api::namespaced(admin.client.clone(), ns);
+    let webhook = tokio::task::spawn_blocking(Webhook::start).await.unwrap();
+    let [_, validating] = webhook.configurations("Fail", ns);
+    register(&admin, ns, &[validating]).await;
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let mut marked = jump_pod("alone", &[]);
+    // The mark jumppod's mutating pass puts on what it admits.
+    marked.metadata.annotations =
+        Some([("jumppod.dstack.ai/mutated".to_owned(), "true".to_owned())].into());
+    // The API server reads configurations through an informer: until the marked pod, which
+    // has no resources, is refused by the validating pass.
+    wait_for(
+        "the validating pass to refuse a marked jump pod",
+        || async {
+            pods.create(&dry, &marked)
+                .await
+                .err()
+                .filter(|e| e.to_string().contains("jumppod validating pass"))
+        },
+    )
+    .await;
+    let legacy: Pod = typed(json!({
+        "metadata": {"name": NAME, "labels": schema::legacy_selector(NAME)},
+        "spec": {"containers": [{"name": schema::container_name(NAME), "image": schema::DEFAULT_IMAGE}]}
+    }));
+    let admitted = pods
+        .create(&dry, &legacy)
+        .await
+        .expect("a bare pre-#3891 pod is not judged by the validating pass alone");
+    assert!(
+        !admitted
+            .metadata
+            .labels
+            .is_some_and(|l| l.contains_key(schema::INSTANCE_LABEL)),
+        "admitted as it was: no mutating webhook"
+    );
+}
+
 /// `--failure-policy Ignore` (issue 21 §6) applies when the call fails, not when the policy
 /// does: a module that spins until its 2 s epoch deadline gets an answer of allowed: false
 /// (code 500, as policy-server answers), which the API server enforces under Ignore too.

@@ -10,12 +10,15 @@
 //! the public jump-pod image ships them. The script is `manifest::SSHD_SCRIPT` unchanged. Needs root,
 //! `unshare`/`nsenter` (util-linux) and OpenSSH (`make sshd` installs Debian's).
 
+mod sshd_support;
+
 use jumppod_plan::manifest::{AUTHORIZED_KEYS_ENV, KEYS_MERGE_SECONDS, KEYS_MOUNT, SSHD_SCRIPT};
 use jumppod_plan::public_key::PublicKey;
+use sshd_support::*;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// The namespaces' setup, then the start script as the container runs it.
 const CONTAINER: &str = r#"set -e
@@ -31,81 +34,6 @@ mount -t tmpfs -o mode=755 tmpfs /run
 mkdir -m 755 /run/sshd
 exec /bin/sh -c "$JUMPPOD_SCRIPT"
 "#;
-
-fn need(program: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "{program} is not installed: these tests run a real sshd (`make sshd` installs Debian's openssh-server)"
-    );
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A key pair made by ssh-keygen: (private key path, public key line).
-fn keypair(dir: &Path, name: &str) -> (PathBuf, String) {
-    let path = dir.join(name);
-    run(Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C"])
-        .arg(format!("{name}@test"))
-        .arg("-f")
-        .arg(&path));
-    let public = std::fs::read_to_string(path.with_extension("pub")).unwrap();
-    (path, public.trim().to_owned())
-}
-
-/// The mounted Secret, written as the kubelet's atomic writer writes it: a new timestamped
-/// directory, `..data` switched to it by a rename, then the top-level symlinks.
-struct SecretVolume {
-    dir: PathBuf,
-    generation: u32,
-}
-
-impl SecretVolume {
-    fn new(dir: PathBuf) -> SecretVolume {
-        std::fs::create_dir_all(&dir).unwrap();
-        SecretVolume { dir, generation: 0 }
-    }
-
-    fn publish(&mut self, entries: &[(&str, String)]) {
-        use std::os::unix::fs::symlink;
-        self.generation += 1;
-        let ts = format!("..2026_12_01_00_00_00.{}", self.generation);
-        std::fs::create_dir(self.dir.join(&ts)).unwrap();
-        for (name, value) in entries {
-            std::fs::write(self.dir.join(&ts).join(name), value).unwrap();
-        }
-        let tmp = self.dir.join("..data_tmp");
-        symlink(&ts, &tmp).unwrap();
-        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
-        for entry in std::fs::read_dir(&self.dir).unwrap() {
-            let name = entry.unwrap().file_name().into_string().unwrap();
-            if !name.starts_with("..") && !entries.iter().any(|(n, _)| *n == name) {
-                std::fs::remove_file(self.dir.join(&name)).unwrap();
-            }
-            if name.starts_with("..2026") && name != ts {
-                std::fs::remove_dir_all(self.dir.join(&name)).unwrap();
-            }
-        }
-        for (name, _) in entries {
-            let link = self.dir.join(name);
-            if std::fs::symlink_metadata(&link).is_err() {
-                symlink(format!("..data/{name}"), &link).unwrap();
-            }
-        }
-    }
-}
 
 /// One "pod": the script in namespaces of its own; killed with its process group on drop.
 struct Pod {
@@ -145,35 +73,7 @@ impl Pod {
     /// exit code (0: a shell ran `true`, 1: the forced /bin/false ran, 255: refused) and
     /// stderr. `via`: reach it through `ssh -W` with that key, as `ssh -J` does.
     fn ssh(&self, key: &Path, via: Option<&Path>) -> (i32, String) {
-        let options = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR";
-        let mut args = vec![
-            "--target".to_owned(),
-            self.child.id().to_string(),
-            "--net".into(),
-            "ssh".into(),
-        ];
-        args.extend(options.split(' ').map(str::to_owned));
-        if let Some(jump) = via {
-            args.push("-o".into());
-            args.push(format!(
-                "ProxyCommand=ssh {options} -i {} -W %h:%p root@127.0.0.1",
-                jump.display()
-            ));
-        }
-        args.extend([
-            "-i".into(),
-            key.display().to_string(),
-            "root@127.0.0.1".into(),
-            "true".into(),
-        ]);
-        let out = Command::new("nsenter")
-            .args(&args)
-            .output()
-            .expect("nsenter");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        ssh_in(self.child.id(), key, via)
     }
 
     /// The ed25519 host key sshd serves, as `ssh-keyscan` reads it (the base64 blob).
@@ -190,20 +90,7 @@ impl Pod {
 
     /// Polls `ssh` with `key` until its exit code is `code`; returns how long it took.
     fn until(&self, key: &Path, code: i32, within: Duration) -> Duration {
-        let start = Instant::now();
-        loop {
-            let (got, stderr) = self.ssh(key, None);
-            if got == code {
-                return start.elapsed();
-            }
-            assert!(
-                start.elapsed() < within,
-                "ssh with {} still exits {got}, not {code}, after {within:?}: {stderr}\nsshd's log:\n{}",
-                key.display(),
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        ssh_until(self.child.id(), key, code, within, &self.log)
     }
 }
 
@@ -215,25 +102,6 @@ impl Drop for Pod {
             .status();
         let _ = self.child.wait();
     }
-}
-
-/// A fresh directory of the test's own, after checking the programs the pods need.
-fn test_dir(test: &str) -> PathBuf {
-    for program in [
-        "unshare",
-        "nsenter",
-        "ip",
-        "ssh",
-        "ssh-keygen",
-        "ssh-keyscan",
-        "/usr/sbin/sshd",
-    ] {
-        need(program);
-    }
-    let dir = std::env::temp_dir().join(format!("jumppod-sshd-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Issue 21 §11: the public jump-pod image ships host keys made when it was built, and
@@ -304,21 +172,7 @@ fn a_replaced_pod_keeps_the_users_keys_and_a_removed_key_stops_working_in_the_ru
         "echo '{}' >> /root/.ssh/authorized_keys",
         line(&carol_pub).trim()
     );
-    let out = Command::new("nsenter")
-        .args(["--target", &pod.child.id().to_string(), "--net", "ssh"])
-        .args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "LogLevel=ERROR",
-            "-i",
-        ])
-        .arg(&project)
-        .args(["root@127.0.0.1", &append])
+    let out = ssh_command(pod.child.id(), &project, None, &append)
         .output()
         .unwrap();
     assert!(

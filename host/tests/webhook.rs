@@ -393,10 +393,18 @@ impl Webhook {
 
 /// The legacy bare pod of policy/test_data, sent by the API server as an AdmissionReview:
 /// the module's answer comes back under its uid, with the JSONPatch that gives the pod the
-/// current labels and the default resources (as kwctl run answers it, policy/e2e.bats).
+/// current labels and the default resources (as kwctl run answers it, policy/e2e.bats), and
+/// the webhook's mark of what its mutating pass admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_is_answered_with_the_modules_patch() {
-    let webhook = Webhook::start(&policy_wasm()).await;
+    // The kit off: the patch is the labels and resources alone (policy_wasm checks the kit's).
+    let policy = policy_wasm();
+    let webhook = Start {
+        args: &["--settings", r#"{"kit": false}"#],
+        ..Start::new(&policy)
+    }
+    .start()
+    .await;
     let mut review = webhook
         .review(&fixture("admission_review_legacy_bare_pod_create.json"))
         .await;
@@ -424,6 +432,7 @@ async fn a_review_is_answered_with_the_modules_patch() {
     assert_eq!(
         patch,
         json!([
+            {"op": "add", "path": "/metadata/annotations", "value": {"jumppod.dstack.ai/mutated": "true"}},
             {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1instance", "value": "dstack-main-ssh-jump-pod"},
             {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1managed-by", "value": "dstack"},
             {"op": "add", "path": "/metadata/labels/k8s.dstack.ai~1project", "value": "main"},
@@ -447,12 +456,71 @@ async fn healthz_and_readyz_answer_ok_without_calling_the_policy() {
     }
 }
 
+/// `/metrics` gives the seconds the served certificate has left (tests/tls/tls.crt expires on
+/// 2126-11-07T18:23:48Z, `openssl x509 -noout -enddate`), while the module compiles too; the
+/// log names the date.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_give_the_seconds_the_certificate_has_left_and_the_log_its_date() {
+    const NOT_AFTER: i64 = 4_949_749_428; // 2126-11-07T18:23:48Z
+    let mut webhook = Webhook::start(&spin_wasm()).await;
+    let now = || {
+        i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+        )
+        .unwrap()
+    };
+    let before = now();
+    let (status, body) = webhook.request("GET", "/metrics", "").await;
+    let after = now();
+    assert_eq!(status, 200, "{body}");
+    let value: i64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("jumppod_webhook_certificate_expiry_seconds "))
+        .unwrap_or_else(|| panic!("no gauge in:\n{body}"))
+        .parse()
+        .unwrap();
+    assert!(
+        (NOT_AFTER - after..=NOT_AFTER - before).contains(&value),
+        "{value} s left, between {} and {}",
+        NOT_AFTER - after,
+        NOT_AFTER - before
+    );
+    assert!(
+        body.contains("# TYPE jumppod_webhook_certificate_expiry_seconds gauge"),
+        "{body}"
+    );
+    let logged = webhook.log.wait_for("serving certificate valid").await;
+    assert!(logged.contains("2126-11-07T18:23:48Z"), "{logged}");
+}
+
+/// A certificate whose renewal is due (here long expired: tests/tls/expired.crt, valid on
+/// 2020-01-01 only) is a warning at start, naming its date and what renews it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_due_for_renewal_is_a_warning_at_start() {
+    let (mut child, mut log) = Start {
+        cert: tls("expired.crt"),
+        key: tls("expired.key"),
+        ..Start::new(&spin_wasm())
+    }
+    .spawn();
+    let warned = log
+        .wait_for("the serving certificate expires soon or has expired")
+        .await;
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(warned.contains("2020-01-02T00:00:00Z"), "{warned}");
+    assert!(warned.contains("helm upgrade"), "{warned}");
+    let _ = child.kill().await;
+}
+
 /// What the webhook does not serve is a 404 saying where reviews go, and no policy call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_path_or_method_gets_404_naming_post_mutate_and_validate() {
     let webhook = Webhook::start(&spin_wasm()).await;
     for (method, path) in [
-        ("GET", "/metrics"),
+        ("POST", "/metrics"),
         ("POST", "/review"),
         ("GET", "/mutate"),
         ("GET", "/validate"),

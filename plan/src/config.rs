@@ -24,7 +24,7 @@ use crate::error::err;
 use crate::public_key::PublicKey;
 use jumppod::quantity::Quantity;
 use jumppod::schema;
-use jumppod::settings::{CPU_DEFAULT, Contract, MEMORY_DEFAULT, Settings};
+use jumppod::settings::{CPU_DEFAULT, Contract, MEMORY_DEFAULT, Settings, session_drain_problem};
 use k8s_openapi::api::core::v1::Toleration;
 use serde::Deserialize;
 use serde_json::Value;
@@ -34,14 +34,9 @@ use std::collections::BTreeMap;
 /// `gpu_tolerations` tolerates.
 pub const GPU_TAINTS: [&str; 2] = ["nvidia.com/gpu", "amd.com/gpu"];
 
-/// How long, by default, the SSH sessions of a terminating jump pod may go on after its
-/// listener closes. dstack's server reconnects its runner tunnels through the replacement at
-/// once, so they need none of it; a user's `dstack attach` lasts hours, so no period saves it.
-/// What the period is for is the copy or command in flight, minutes at most; and every drain
-/// of the pod's node waits for it (the cluster autoscaler gives a pod at most 600 s).
-pub const SESSION_DRAIN_DEFAULT: u32 = 300;
-/// The longest session drain accepted.
-pub const SESSION_DRAIN_MAX: u32 = 3600;
+/// The session drain's default and bound, one definition with the policy's
+/// `sessionDrainSeconds` (the kit's).
+pub use jumppod::settings::{SESSION_DRAIN_DEFAULT, SESSION_DRAIN_MAX};
 
 /// dstack's `proxy_jump` block.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -268,14 +263,8 @@ impl RawConfig {
             .map_err(|e| err("policy_settings", &policy_settings, e.to_string()))?;
 
         let session_drain_seconds = self.session_drain_seconds.unwrap_or(SESSION_DRAIN_DEFAULT);
-        if session_drain_seconds > SESSION_DRAIN_MAX {
-            return Err(err(
-                "session_drain_seconds",
-                session_drain_seconds,
-                format!(
-                    "must be at most {SESSION_DRAIN_MAX} (an hour): every drain of the pod's node waits for it"
-                ),
-            ));
+        if let Some(problem) = session_drain_problem(session_drain_seconds) {
+            return Err(err("session_drain_seconds", session_drain_seconds, problem));
         }
 
         Ok(Config {

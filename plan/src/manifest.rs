@@ -16,20 +16,15 @@ use std::collections::BTreeMap;
 /// The environment variable carrying the project's authorized keys into the container.
 pub const AUTHORIZED_KEYS_ENV: &str = "DSTACK_AUTHORIZED_KEYS";
 
-/// Where the pod mounts the project's authorized-keys Secret (read-only, one file per key).
-pub const KEYS_MOUNT: &str = "/etc/ssh/jumppod/keys";
+/// The Secret's volume, its mount and merge period, and the handover: one definition with the
+/// kit the policy adds to dstack's own jump pods (`jumppod::kit`).
+pub use jumppod::kit::{
+    HANDOVER_SECONDS, KEYS_MERGE_SECONDS, KEYS_MOUNT, KEYS_VOLUME, keys_secret_name,
+};
+
 /// The file the start script merges the Secret's keys into, which sshd reads beside root's own
 /// `~/.ssh/authorized_keys`.
 pub const KEYS_FILE: &str = "/etc/ssh/jumppod/authorized_keys";
-/// The pod's volume of the authorized-keys Secret.
-pub const KEYS_VOLUME: &str = "authorized-keys";
-/// How often the running pod merges the mounted Secret again, in seconds.
-pub const KEYS_MERGE_SECONDS: u32 = 10;
-
-/// The Secret holding the users' keys of a jump pod, `<name>-authorized-keys`.
-pub fn keys_secret_name(name: &str) -> String {
-    format!("{name}-authorized-keys")
-}
 
 /// What the container runs, as dstack starts its jump pod: fresh host keys (the image's are
 /// removed first, because `ssh-keygen -A` only makes missing ones and a public image ships
@@ -102,14 +97,9 @@ while sessions; do sleep 1; done
 echo "jumppod: terminating: no session left" >&2
 "#;
 
-/// How long a terminating jump pod still accepts new connections (see [`SSHD_SCRIPT`]): a
-/// replacement's start on these nodes took 1.3-15.5 s, and kube-proxy applies an endpoints'
-/// change within a second or two.
-pub const HANDOVER_SECONDS: u32 = 20;
-
 /// The pod's grace period: the handover, then the configured session drain.
 pub fn grace_period_seconds(config: &Config) -> i64 {
-    i64::from(HANDOVER_SECONDS) + i64::from(config.session_drain_seconds)
+    jumppod::kit::grace_period_seconds(config.session_drain_seconds)
 }
 
 /// The three objects of one project's jump pod, built once from the configuration: the planner
@@ -351,6 +341,21 @@ mod tests {
         ] {
             assert!(command[2].contains(part), "{part} in {}", command[2]);
         }
+    }
+
+    #[test]
+    fn the_pod_ensure_makes_gets_no_kit_from_the_policy() {
+        assert!(SSHD_SCRIPT.contains(jumppod::kit::OWN_SCRIPT_MARK));
+        assert!(SSHD_SCRIPT.contains(&format!("{KEYS_MOUNT}/*")));
+        let rs = replicaset(&Config::for_project("ns", "main"));
+        let template = rs.spec.unwrap().template.unwrap();
+        let pod = k8s_openapi::api::core::v1::Pod {
+            metadata: template.metadata.unwrap(),
+            spec: template.spec,
+            status: None,
+        };
+        let mutation = jumppod::mutate::plan(&pod, schema::Schema::Current, &Contract::default());
+        assert!(mutation.is_empty(), "{mutation:?}");
     }
 
     #[test]

@@ -42,10 +42,40 @@ fn verdict(fixture: &str, settings: Option<&str>) -> (Verdict, Value) {
 
 #[rstest]
 #[case::an_ordinary_pod_is_not_judged("ordinary_pod_create.json", None, Verdict::Accepted)]
-#[case::a_conforming_jump_pod_is_accepted(
+#[case::a_conforming_jump_pod_gets_the_kit(
     "conforming_jump_pod_create.json",
     None,
+    Verdict::Mutated
+)]
+#[case::a_conforming_jump_pod_is_accepted_with_the_kit_off(
+    "conforming_jump_pod_create.json",
+    Some("no_kit.json"),
     Verdict::Accepted
+)]
+#[case::dstacks_bare_jump_pod_gets_resources_and_the_kit(
+    "dstack_0_22_5_bare_jump_pod_create.json",
+    None,
+    Verdict::Mutated
+)]
+#[case::dstacks_jump_pod_with_the_kit_present_is_accepted(
+    "dstack_0_22_5_bare_jump_pod_with_kit_create.json",
+    None,
+    Verdict::Accepted
+)]
+#[case::with_mutation_off_dstacks_bare_jump_pod_is_rejected_for_its_resources(
+    "dstack_0_22_5_bare_jump_pod_create.json",
+    Some("no_mutation.json"),
+    Verdict::Rejected
+)]
+#[case::dstacks_replicaset_without_resources_is_accepted(
+    "dstack_replicaset_template_without_resources_create.json",
+    None,
+    Verdict::Accepted
+)]
+#[case::with_mutation_off_dstacks_replicaset_without_resources_is_rejected(
+    "dstack_replicaset_template_without_resources_create.json",
+    Some("no_mutation.json"),
+    Verdict::Rejected
 )]
 #[case::a_pod_named_otherwise_is_no_jump_pod("impostor_pod_create.json", None, Verdict::Accepted)]
 #[case::a_configmap_is_not_judged("configmap_create.json", None, Verdict::Accepted)]
@@ -86,9 +116,14 @@ fn verdict(fixture: &str, settings: Option<&str>) -> (Verdict, Value) {
     None,
     Verdict::Rejected
 )]
-#[case::a_replicaset_with_a_besteffort_template_is_rejected_not_mutated(
+#[case::a_replicaset_with_a_besteffort_template_is_accepted_not_mutated(
     "replicaset_besteffort_template_create.json",
     None,
+    Verdict::Accepted
+)]
+#[case::with_mutation_off_a_replicaset_with_a_besteffort_template_is_rejected(
+    "replicaset_besteffort_template_create.json",
+    Some("no_mutation.json"),
     Verdict::Rejected
 )]
 #[case::a_conforming_replicaset_is_accepted(

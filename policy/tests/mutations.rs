@@ -1,5 +1,5 @@
 //! A mutation's answer, pinned byte for byte: `test_data/mutated/<fixture>.answer` holds the
-//! module's `validate` answer for the legacy fixture under default settings and, on its second
+//! module's `validate` answer for the legacy fixture under default settings with the kit off and, on its second
 //! line, the AdmissionResponse policy-server makes of it (the base64 JSONPatch), both recorded
 //! from the policy before the mutated pod was written without a `Value` (issue 25).
 
@@ -21,7 +21,9 @@ fn test_data(relative: &str) -> PathBuf {
         .join(relative)
 }
 
-/// The payload policy-server sends for a fixture, the request kept as written.
+/// The payload policy-server sends for a fixture, the request kept as written, with the kit
+/// off: the recorded answers are the fills alone (spliced into the pod's text; a pod that gets
+/// the kit is read whole, `tests/tests/policy_wasm.rs` checks it).
 fn payload(fixture: &str) -> Vec<u8> {
     let text = std::fs::read_to_string(test_data(fixture)).expect("a fixture");
     #[derive(Deserialize)]
@@ -31,7 +33,7 @@ fn payload(fixture: &str) -> Vec<u8> {
     }
     let review: Review = serde_json::from_str(&text).expect("JSON");
     let request = review.request.map_or(text.trim(), RawValue::get);
-    format!(r#"{{"request": {request}, "settings": {{}}}}"#).into_bytes()
+    format!(r#"{{"request": {request}, "settings": {{"kit": false}}}}"#).into_bytes()
 }
 
 #[rstest]
@@ -112,6 +114,7 @@ fn requests() -> Vec<(String, Value)> {
 fn a_spliced_mutation_answers_what_a_whole_read_answers() {
     let settings = [
         json!({}),
+        json!({"kit": false}),
         json!({"cpu": "250m", "memory": "2Gi", "ephemeralStorageRequest": "128Mi"}),
         json!({"mutate": false}),
     ];
@@ -145,6 +148,7 @@ fn a_spliced_mutation_answers_what_a_whole_read_answers() {
 fn a_mutation_of_the_api_server_s_text_answers_the_value_and_patch_of_a_whole_read() {
     let settings = [
         json!({}),
+        json!({"kit": false}),
         json!({"cpu": "250m", "memory": "2Gi", "ephemeralStorageRequest": "128Mi"}),
     ];
     let mut spliced = 0;

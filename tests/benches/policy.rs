@@ -88,37 +88,64 @@ fn several_violations() -> Value {
     request
 }
 
-fn cases() -> Vec<(&'static str, Value, Verdict)> {
+/// Each case: its name, the request, the settings and the verdict. Default settings add the
+/// kit to a jump pod that lacks it, which the typed parse plans; with the kit off a jump pod is
+/// judged in the one-pass read, as before the kit.
+fn cases() -> Vec<(&'static str, Value, Value, Verdict)> {
+    let no_kit = json!({"kit": false});
     vec![
-        ("ordinary_pod_0.8kb", ordinary_pod(), Verdict::Accept),
+        (
+            "ordinary_pod_0.8kb",
+            ordinary_pod(),
+            json!({}),
+            Verdict::Accept,
+        ),
         (
             "ordinary_pod_managed_fields_12kb",
             request("ordinary_pod_create.json"),
+            json!({}),
             Verdict::Accept,
         ),
         (
             "ordinary_pod_400_annotations_85kb",
             annotated_pod(),
+            json!({}),
             Verdict::Accept,
         ),
         (
-            "conforming_jump_pod",
+            "conforming_jump_pod_with_the_kit",
+            request("dstack_0_22_5_bare_jump_pod_with_kit_create.json"),
+            json!({}),
+            Verdict::Accept,
+        ),
+        (
+            "conforming_jump_pod_kit_off",
             request("conforming_jump_pod_create.json"),
+            no_kit.clone(),
             Verdict::Accept,
         ),
         (
-            "legacy_pod_mutated",
+            "dstack_pod_mutated_with_the_kit",
+            request("dstack_0_22_5_bare_jump_pod_create.json"),
+            json!({}),
+            Verdict::Mutate,
+        ),
+        (
+            "legacy_pod_mutated_kit_off",
             request("legacy_bare_pod_create.json"),
+            no_kit,
             Verdict::Mutate,
         ),
         (
             "undersized_rejected",
             request("undersized_jump_pod_create.json"),
+            json!({}),
             Verdict::Reject,
         ),
         (
             "three_violations_rejected",
             several_violations(),
+            json!({}),
             Verdict::Reject,
         ),
     ]
@@ -185,10 +212,10 @@ struct BorrowedContainer<'a> {
 
 /// What policy-server does for one request: read the review, build the payload, evaluate it in
 /// a fresh instance, read the answer.
-fn serve(policy: &WasmPolicy, review: &[u8]) -> ValidationResponse {
+fn serve(policy: &WasmPolicy, review: &[u8], settings: &Value) -> ValidationResponse {
     let review: Value = serde_json::from_slice(review).unwrap();
     policy
-        .validate(&review["request"], &json!({}))
+        .validate(&review["request"], settings)
         .expect("a verdict")
 }
 
@@ -239,7 +266,7 @@ fn check(
     };
     assert!(verdict == expected, "{name}: unexpected verdict {answer:?}");
     assert!(
-        serve(floor, review).accepted,
+        serve(floor, review, &json!({})).accepted,
         "{name}: the accept-all guest"
     );
     // The reference parse reads what the rules read: the same names and resources.
@@ -277,12 +304,14 @@ fn bench(c: &mut Criterion) {
     let floor = accept_all();
     let ours_reused = policy.instance().unwrap();
     let floor_reused = floor.instance().unwrap();
-    for (name, request, expected) in cases() {
-        let payload = serde_json::to_vec(&json!({"request": request, "settings": {}})).unwrap();
+    for (name, request, settings, expected) in cases() {
+        let payload =
+            serde_json::to_vec(&json!({"request": request, "settings": settings})).unwrap();
         let review = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview", "request": request}))
         .unwrap();
         check(name, &payload, &review, &ours_reused, &floor, expected);
+        let settings = &settings;
 
         let mut group = c.benchmark_group(name);
         group
@@ -291,17 +320,17 @@ fn bench(c: &mut Criterion) {
             .measurement_time(Duration::from_secs(2))
             .throughput(Throughput::Bytes(payload.len() as u64));
         group.bench_function(BenchmarkId::new("fresh", "accept_all"), |b| {
-            b.iter(|| serve(&floor, black_box(&review)))
+            b.iter(|| serve(&floor, black_box(&review), settings))
         });
         group.bench_function(BenchmarkId::new("fresh", "own_work"), |b| {
             b.iter_custom(|iters| {
                 own_work(
                     iters,
                     || {
-                        black_box(serve(policy, black_box(&review)));
+                        black_box(serve(policy, black_box(&review), settings));
                     },
                     || {
-                        black_box(serve(&floor, black_box(&review)));
+                        black_box(serve(&floor, black_box(&review), settings));
                     },
                 )
             })

@@ -13,8 +13,9 @@ fn payload(request: &Value) -> Vec<u8> {
     serde_json::to_vec(&json!({"request": request, "settings": {}})).unwrap()
 }
 
+/// A jump pod that needs nothing: dstack's, with its resources and the kit.
 fn conforming() -> Value {
-    request("conforming_jump_pod_create.json")
+    request("dstack_0_22_5_bare_jump_pod_with_kit_create.json")
 }
 
 fn legacy() -> Value {
@@ -294,11 +295,18 @@ fn a_two_megabyte_legacy_pod_is_mutated() {
     );
 }
 
+/// The pod with `count` containers: its first, then copies of it without the kit's hooks and
+/// probe (the first serves SSH; the others are plain containers).
 fn many_containers(mut request: Value, count: usize, resources: Value) -> Value {
-    let template = request["object"]["spec"]["containers"][0].clone();
+    let first = request["object"]["spec"]["containers"][0].clone();
+    let mut plain = first.clone();
+    if let Some(container) = plain.as_object_mut() {
+        container.remove("lifecycle");
+        container.remove("readinessProbe");
+    }
     let containers: Vec<Value> = (0..count)
         .map(|i| {
-            let mut c = template.clone();
+            let mut c = if i == 0 { first.clone() } else { plain.clone() };
             c["name"] = json!(format!("sshd-{i}"));
             c["resources"] = resources.clone();
             c
@@ -347,6 +355,10 @@ fn five_thousand_undersized_containers_are_all_named_in_the_rejection() {
 #[case::settings_a_string(json!("mutate"), &["invalid settings", "must be a JSON object"])]
 #[case::settings_with_an_unknown_key(json!({"cpus": {}}), &["cpus"])]
 #[case::settings_with_a_bad_quantity(json!({"cpu": {"minimum": "NaN"}}), &["`cpu.minimum`", "\"NaN\""])]
+#[case::a_session_drain_past_a_u32(json!({"sessionDrainSeconds": 4_294_967_296_u64}), &["`sessionDrainSeconds`", "invalid value"])]
+#[case::a_session_drain_as_a_float(json!({"sessionDrainSeconds": 1e3}), &["`sessionDrainSeconds`", "invalid type"])]
+#[case::a_session_drain_of_the_largest_u32(json!({"sessionDrainSeconds": u32::MAX}), &["`sessionDrainSeconds`", "above the maximum 3600"])]
+#[case::a_kit_switch_as_text(json!({"kit": "false"}), &["`kit`", "invalid type"])]
 fn bad_settings_in_a_request_reject_a_jump_pod_naming_the_key(
     #[case] settings: Value,
     #[case] fragments: &[&str],
@@ -439,4 +451,97 @@ fn an_escaped_legacy_name_and_label_still_make_a_legacy_jump_pod() {
         json!({"requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "64Mi"},
                "limits": {"cpu": "500m", "memory": "1Gi"}})
     );
+}
+
+/// dstack 0.22.5's bare jump pod, which gets the kit.
+fn dstack() -> Value {
+    request("dstack_0_22_5_bare_jump_pod_create.json")
+}
+
+/// What the policy answers: a verdict always.
+#[derive(Debug)]
+enum Outcome {
+    Accepted,
+    /// Mutated; the grace period and the parts of the kit the answer holds.
+    Mutated {
+        grace: i64,
+        keys: bool,
+        pre_stop: bool,
+    },
+    /// Refused as a bad request naming the field.
+    BadRequest(&'static str),
+}
+
+/// The fields the kit reads, each broken or at its edge: every payload gets a verdict, and a
+/// value set is never lowered or rewritten.
+#[rstest]
+#[case::the_largest_grace_period_is_kept("/object/spec/terminationGracePeriodSeconds", json!(i64::MAX),
+    Outcome::Mutated { grace: i64::MAX, keys: true, pre_stop: true })]
+#[case::a_negative_grace_period_is_raised("/object/spec/terminationGracePeriodSeconds", json!(-5),
+    Outcome::Mutated { grace: 320, keys: true, pre_stop: true })]
+#[case::a_grace_period_as_text_is_named("/object/spec/terminationGracePeriodSeconds", json!("30"),
+    Outcome::BadRequest("spec.terminationGracePeriodSeconds"))]
+#[case::a_fractional_grace_period_is_named("/object/spec/terminationGracePeriodSeconds", json!(30.5),
+    Outcome::BadRequest("spec.terminationGracePeriodSeconds"))]
+#[case::no_ports_leave_the_only_container_the_jump_container("/object/spec/containers/0/ports", Value::Null,
+    Outcome::Mutated { grace: 320, keys: true, pre_stop: true })]
+#[case::ports_as_text_are_named("/object/spec/containers/0/ports", json!("22"),
+    Outcome::BadRequest("spec.containers[0].ports"))]
+#[case::a_port_as_text_is_named("/object/spec/containers/0/ports", json!([{"containerPort": "22"}]),
+    Outcome::BadRequest("spec.containers[0].ports[0].containerPort"))]
+#[case::a_null_lifecycle_is_absent("/object/spec/containers/0/lifecycle", Value::Null,
+    Outcome::Mutated { grace: 320, keys: true, pre_stop: true })]
+#[case::a_lifecycle_as_a_list_is_named("/object/spec/containers/0/lifecycle", json!([1]),
+    Outcome::BadRequest("spec.containers[0].lifecycle"))]
+#[case::a_pre_stop_hook_of_its_own_keeps_the_kit_out("/object/spec/containers/0/lifecycle", json!({"preStop": {"sleep": {"seconds": 5}}}),
+    Outcome::Mutated { grace: 30, keys: false, pre_stop: false })]
+#[case::null_volumes_are_absent("/object/spec/volumes", Value::Null,
+    Outcome::Mutated { grace: 320, keys: true, pre_stop: true })]
+#[case::volumes_as_text_are_named("/object/spec/volumes", json!("authorized-keys"),
+    Outcome::BadRequest("spec.volumes"))]
+#[case::null_volume_mounts_are_absent("/object/spec/containers/0/volumeMounts", Value::Null,
+    Outcome::Mutated { grace: 320, keys: true, pre_stop: true })]
+#[case::an_instance_no_secret_can_be_named_after_gets_no_keys(
+    "/object/metadata/labels/app.kubernetes.io~1instance", json!("Dstack_Main"),
+    Outcome::Mutated { grace: 320, keys: false, pre_stop: true })]
+#[case::a_megabyte_command_ending_in_jumppods_own_script_gets_no_kit(
+    "/object/spec/containers/0/args", json!(["-c", format!("{}\n{}", "#".repeat(1 << 20), jumppod::kit::OWN_SCRIPT_MARK)]),
+    Outcome::Mutated { grace: 30, keys: false, pre_stop: false })]
+#[case::a_command_word_as_a_number_is_named("/object/spec/containers/0/command", json!(["/bin/sh", 5]),
+    Outcome::BadRequest("spec.containers[0].command[1]"))]
+#[case::no_containers_at_all_need_nothing("/object/spec/containers", json!([]), Outcome::Accepted)]
+fn hostile_fields_the_kit_reads_get_a_verdict(
+    #[case] pointer: &str,
+    #[case] value: Value,
+    #[case] expected: Outcome,
+) {
+    // The member is set, whether the fixture has it or not.
+    let (parent, key) = pointer.rsplit_once('/').expect("a member");
+    let mut request = dstack();
+    request
+        .pointer_mut(parent)
+        .unwrap_or_else(|| panic!("{parent} is in the fixture"))[key.replace("~1", "/")] = value;
+    let answer = validate_raw(&payload(&request));
+    match expected {
+        Outcome::Accepted => expect_accepted_untouched(&answer),
+        Outcome::BadRequest(field) => {
+            expect_rejected(&answer, &[field]);
+            assert_eq!(answer.code, Some(400));
+        }
+        Outcome::Mutated {
+            grace,
+            keys,
+            pre_stop,
+        } => {
+            assert!(answer.accepted, "{answer:?}");
+            let pod = answer.mutated_object.expect("mutated");
+            assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], grace);
+            let has_keys = pod["spec"]["volumes"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v["name"] == "authorized-keys"));
+            assert_eq!(has_keys, keys, "{pod}");
+            let command = &pod["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"];
+            assert_eq!(command[2].as_str().is_some(), pre_stop, "{pod}");
+        }
+    }
 }

@@ -1,11 +1,14 @@
 //! Property tests over generated jump pods and their impostors: containers and init
 //! containers with random subsets of cpu, memory and ephemeral-storage requests and limits,
 //! drawn from pools of quantities whose exact values are known here; names and labels of
-//! jump pods of both schemas and of pods that only look like one; settings that raise the
-//! floors, change the defaults, switch mutation off or are invalid; updates that resize.
+//! jump pods of both schemas and of pods that only look like one; what the kit reads (which
+//! container serves SSH, a preStop hook of its own, jumppod's own start script, a grace
+//! period); settings that raise the floors, change the defaults, switch mutation or the kit
+//! off, set the session drain or are invalid; updates that resize.
 //! Natively through the core (many cases): the verdict agrees with an independent model of
-//! the contract under those settings, the mutation only adds what the model says and its
-//! output passes the rules, an update is judged exactly when it changes the resources.
+//! the contract under those settings, the mutation only adds what the model says (the grace
+//! period only raised) and its output passes the rules, an update is judged exactly when it
+//! changes the resources, a ReplicaSet's template is judged by what its pods will be.
 //! Through the Wasm (few cases): the module answers exactly what the native policy answers.
 
 #[path = "../../policy/tests/api_server/mod.rs"]
@@ -212,6 +215,24 @@ struct Pod {
     controlled: bool,
     containers: Vec<Container>,
     init: Vec<Container>,
+    /// The container exposing port 22, if any (taken modulo the containers).
+    ssh_port: Option<usize>,
+    /// The first container has a preStop hook of its own.
+    pre_stop: bool,
+    /// The first container runs jumppod's own start script.
+    own_script: bool,
+    /// `terminationGracePeriodSeconds` (None: absent; the typed pod reads the default 30).
+    grace: Option<i64>,
+}
+
+impl Pod {
+    /// The container that serves SSH: the one exposing port 22, else the only one.
+    fn jump_container(&self) -> Option<usize> {
+        match self.ssh_port {
+            Some(i) => Some(i % self.containers.len()),
+            None => (self.containers.len() == 1).then_some(0),
+        }
+    }
 }
 
 /// Settings as written: each key's text and value (None: not written).
@@ -223,6 +244,9 @@ struct Settings {
     memory_default: Option<Q>,
     ephemeral_minimum: Option<Q>,
     mutate: Option<bool>,
+    kit: Option<bool>,
+    /// The session drain written, and whether it is valid (at most an hour).
+    session_drain: Option<(u32, bool)>,
 }
 
 // Settings' pools: values the contract allows, and values below its floors or unparsable.
@@ -283,6 +307,12 @@ impl Settings {
         if let Some(mutate) = self.mutate {
             settings.insert("mutate".into(), json!(mutate));
         }
+        if let Some(kit) = self.kit {
+            settings.insert("kit".into(), json!(kit));
+        }
+        if let Some((seconds, _)) = self.session_drain {
+            settings.insert("sessionDrainSeconds".into(), json!(seconds));
+        }
         Value::Object(settings)
     }
 }
@@ -296,6 +326,9 @@ struct Contract {
     /// What a mutation fills in: cpu, memory, the ephemeral-storage request.
     defaults: [&'static str; 3],
     mutate: bool,
+    /// Whether a created jump pod gets the kit (mutation on and the kit on).
+    kit: bool,
+    session_drain: u32,
 }
 
 /// The contract, or the settings key that is invalid (the first, in the documented order).
@@ -329,12 +362,31 @@ fn contract(settings: &Settings) -> Result<Contract, &'static str> {
         64 * MI,
     )?;
     let ephemeral_text = settings.ephemeral_minimum.map_or("64Mi", |(text, _)| text);
+    let session_drain = match settings.session_drain {
+        None => 300,
+        Some((seconds, true)) => seconds,
+        Some((_, false)) => return Err("sessionDrainSeconds"),
+    };
+    let mutate = settings.mutate.unwrap_or(true);
     Ok(Contract {
         minimums: [cpu, memory, ephemeral],
         defaults: [cpu_default, memory_default, ephemeral_text],
-        mutate: settings.mutate.unwrap_or(true),
+        mutate,
+        kit: mutate && settings.kit.unwrap_or(true),
+        session_drain,
     })
 }
+
+/// Session drains, and whether each is valid: at most an hour.
+const SESSION_DRAINS: &[(u32, bool)] = &[
+    (0, true),
+    (5, true),
+    (60, true),
+    (300, true),
+    (3600, true),
+    (3601, false),
+    (u32::MAX, false),
+];
 
 fn settings() -> impl Strategy<Value = Settings> {
     // Each key written a third of the time, rarely invalid (a default below its minimum
@@ -355,6 +407,8 @@ fn settings() -> impl Strategy<Value = Settings> {
         key(MEMORY_DEFAULTS),
         key(EPHEMERAL_MINIMUMS),
         prop::option::of(any::<bool>()),
+        prop::option::of(any::<bool>()),
+        prop::option::weighted(0.35, prop::sample::select(SESSION_DRAINS)),
     )
         .prop_map(
             |(
@@ -364,6 +418,8 @@ fn settings() -> impl Strategy<Value = Settings> {
                 memory_default,
                 ephemeral_minimum,
                 mutate,
+                kit,
+                session_drain,
             )| {
                 Settings {
                     cpu_minimum,
@@ -372,6 +428,8 @@ fn settings() -> impl Strategy<Value = Settings> {
                     memory_default,
                     ephemeral_minimum,
                     mutate,
+                    kit,
+                    session_drain,
                 }
             },
         )
@@ -432,13 +490,23 @@ fn pod() -> impl Strategy<Value = Pod> {
         any::<bool>(),
         prop::collection::vec(container(), 1..4),
         prop::collection::vec(container(), 0..3),
+        prop::option::weighted(0.8, 0usize..3),
+        prop::bool::weighted(0.15),
+        prop::bool::weighted(0.1),
+        prop::option::of(prop::sample::select(&[1i64, 30, 80, 320, 600][..])),
     )
-        .prop_map(|(identity, controlled, containers, init)| Pod {
-            identity,
-            controlled,
-            containers,
-            init,
-        })
+        .prop_map(
+            |(identity, controlled, containers, init, ssh_port, pre_stop, own_script, grace)| Pod {
+                identity,
+                controlled,
+                containers,
+                init,
+                ssh_port,
+                pre_stop,
+                own_script,
+                grace,
+            },
+        )
 }
 
 /// A pod and the same pod resized: some containers' resources drawn again (sometimes the
@@ -513,13 +581,36 @@ fn pod_json(pod: &Pod) -> Value {
         metadata["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": NAME,
             "uid": "8c1e4b7a-2d9f-4e3b-a6c5-0f7d1b3e9a52", "controller": true, "blockOwnerDeletion": true}]);
     }
+    let jump = pod.ssh_port.map(|i| i % pod.containers.len());
     let containers: Vec<Value> = pod
         .containers
         .iter()
         .enumerate()
-        .map(|(i, c)| container_json(format!("sshd-{i}"), c))
+        .map(|(i, c)| {
+            let mut container = container_json(format!("sshd-{i}"), c);
+            if Some(i) != jump {
+                container.as_object_mut().unwrap().remove("ports");
+            }
+            if i == 0 {
+                container["command"] = json!(["/bin/sh", "-c"]);
+                let script = if pod.own_script {
+                    format!("set -e\n{}\nsshd -D", jumppod::kit::OWN_SCRIPT_MARK)
+                } else {
+                    "mkdir -p ~/.ssh && /usr/sbin/sshd -D -e -p 22".to_owned()
+                };
+                container["args"] = json!([script]);
+                if pod.pre_stop {
+                    container["lifecycle"] =
+                        json!({"preStop": {"exec": {"command": ["sleep", "5"]}}});
+                }
+            }
+            container
+        })
         .collect();
     let mut spec = json!({"containers": containers, "restartPolicy": "Always"});
+    if let Some(grace) = pod.grace {
+        spec["terminationGracePeriodSeconds"] = json!(grace);
+    }
     if !pod.init.is_empty() {
         let init: Vec<Value> = pod
             .init
@@ -603,9 +694,17 @@ fn label_fill(pod: &Pod) -> bool {
     pod.identity.schema() == Some(Schema::Legacy) && !pod.controlled
 }
 
+/// Whether the pod gets the kit: a jump pod created with mutation and the kit on, a container
+/// serving SSH, no preStop hook of its own and not jumppod's own start script on it.
+fn kit_added(pod: &Pod, contract: &Contract) -> bool {
+    let jump = pod.jump_container();
+    let own_hooks = jump == Some(0) && (pod.pre_stop || pod.own_script);
+    contract.kit && pod.identity.schema().is_some() && jump.is_some() && !own_hooks
+}
+
 fn expected(pod: &Pod, contract: &Contract) -> Expected {
     let model = model(pod, contract);
-    let fill = model.resource_fill || label_fill(pod);
+    let fill = model.resource_fill || label_fill(pod) || kit_added(pod, contract);
     match (model.fillable, fill) {
         (_, true) if !contract.mutate => Expected::Reject,
         (false, _) => Expected::Reject,
@@ -795,9 +894,11 @@ proptest! {
             Answer::Accept { warnings } => prop_assert!(warnings.is_empty()),
             Answer::Mutate { object: mutated, warnings } => {
                 prop_assert!(warnings.is_empty());
-                // The mutation only adds...
+                // The mutation only adds (the grace period it raises is the one value replaced)...
                 for op in json_patch::diff(&object, &mutated).0 {
-                    prop_assert!(matches!(op, json_patch::PatchOperation::Add(_)), "{}", op);
+                    let raised = matches!(&op, json_patch::PatchOperation::Replace(r)
+                        if r.path == "/spec/terminationGracePeriodSeconds");
+                    prop_assert!(matches!(op, json_patch::PatchOperation::Add(_)) || raised, "{}", op);
                 }
                 // ...what the model says: the settings' defaults, a limit equal to its request...
                 let lists = [("containers", &pod.containers, false), ("initContainers", &pod.init, true)];
@@ -821,6 +922,29 @@ proptest! {
                 } else {
                     prop_assert_eq!(labels, &object["metadata"]["labels"]);
                 }
+                // ...the kit where the model says, on the container that serves SSH...
+                let kit = kit_added(&pod, &contract);
+                let grace = 20 + i64::from(contract.session_drain);
+                let wanted_grace = match pod.grace {
+                    Some(g) if kit && g < grace => Some(grace),
+                    None if kit && 30 < grace => Some(grace),
+                    other => other,
+                };
+                prop_assert_eq!(mutated["spec"]["terminationGracePeriodSeconds"].as_i64(), wanted_grace);
+                for (index, _) in pod.containers.iter().enumerate() {
+                    let container = &mutated["spec"]["containers"][index];
+                    let with_kit = kit && Some(index) == pod.jump_container();
+                    let pre_stop = container["lifecycle"]["preStop"]["exec"]["command"][2].as_str();
+                    let script = jumppod::kit::pre_stop_script(contract.session_drain);
+                    prop_assert_eq!(pre_stop == Some(script.as_str()), with_kit, "container {}", index);
+                    prop_assert_eq!(container["readinessProbe"].is_object(), with_kit, "container {}", index);
+                    let mounts = container["volumeMounts"].as_array().map_or(0, Vec::len);
+                    prop_assert_eq!(mounts, usize::from(with_kit), "container {}", index);
+                }
+                let secret = mutated["spec"]["volumes"][0]["secret"]["secretName"].as_str();
+                let instance = name.filter(|_| pod.identity.schema() == Some(Schema::Legacy)).unwrap_or(NAME);
+                let wanted_secret = kit.then(|| format!("{instance}-authorized-keys"));
+                prop_assert_eq!(secret, wanted_secret.as_deref());
                 // ...and what it makes needs nothing more: created again, it is accepted as is.
                 let again = judge("CREATE", &mutated, None, &settings);
                 prop_assert_eq!(again, Answer::Accept { warnings: vec![] });
@@ -867,7 +991,7 @@ proptest! {
     }
 
     #[test]
-    fn a_replicaset_template_is_judged_never_mutated(pod in pod(), settings in settings()) {
+    fn a_replicaset_template_is_judged_by_the_pods_it_makes_never_mutated(pod in pod(), settings in settings()) {
         let template = pod_json(&pod);
         let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {"name": NAME, "namespace": "dstack"},
@@ -883,10 +1007,13 @@ proptest! {
             Ok(contract) => contract,
             Err(key) => return rejected_for_settings(&outcome, key),
         };
-        let rules_hold = model(&pod, &contract).rules_hold();
+        // Its pods are mutated at their creation: with mutation on, only what they would still
+        // break counts.
+        let model = model(&pod, &contract);
+        let holds = if contract.mutate { model.fillable } else { model.rules_hold() };
         match outcome {
-            Answer::Accept { warnings } => prop_assert!(rules_hold && warnings.is_empty()),
-            Answer::Reject { code, .. } => prop_assert!(!rules_hold && code.is_none()),
+            Answer::Accept { warnings } => prop_assert!(holds && warnings.is_empty()),
+            Answer::Reject { code, .. } => prop_assert!(!holds && code.is_none()),
             Answer::Mutate { .. } => prop_assert!(false, "a ReplicaSet was mutated"),
         }
     }

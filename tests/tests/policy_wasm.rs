@@ -49,10 +49,29 @@ fn assert_uid_echoed(evaluation: &Evaluation) {
 
 #[rstest]
 #[case::an_ordinary_ten_kilobyte_pod_is_not_judged("ordinary_pod_create.json", None)]
-#[case::a_conforming_jump_pod_is_accepted_as_it_is("conforming_jump_pod_create.json", None)]
-#[case::a_conforming_jump_pod_is_accepted_with_explicit_default_settings(
+#[case::a_conforming_jump_pod_is_accepted_as_it_is_with_the_kit_off(
     "conforming_jump_pod_create.json",
+    Some("no_kit.json")
+)]
+#[case::dstacks_jump_pod_with_the_kit_and_resources_is_accepted_as_it_is(
+    "dstack_0_22_5_bare_jump_pod_with_kit_create.json",
+    None
+)]
+#[case::dstacks_jump_pod_with_the_kit_is_accepted_with_explicit_default_settings(
+    "dstack_0_22_5_bare_jump_pod_with_kit_create.json",
     Some("defaults.json")
+)]
+#[case::dstacks_replicaset_without_resources_is_accepted_since_its_pods_get_them(
+    "dstack_replicaset_template_without_resources_create.json",
+    None
+)]
+#[case::a_replicaset_with_a_besteffort_template_is_accepted_not_mutated(
+    "replicaset_besteffort_template_create.json",
+    None
+)]
+#[case::scaling_down_a_besteffort_replicaset_needs_no_warning_when_its_pods_get_resources(
+    "replicaset_besteffort_scale_update.json",
+    None
 )]
 #[case::a_pod_named_otherwise_is_no_jump_pod_whatever_its_labels("impostor_pod_create.json", None)]
 #[case::a_configmap_with_jump_pod_labels_is_not_judged("configmap_create.json", None)]
@@ -112,8 +131,15 @@ fn accepted_untouched(#[case] fixture: &str, #[case] settings: Option<&str>) {
         "container \"dstack-main-ssh-jump-pod-container\": cpu request 50m is below the minimum 100m",
         "container \"dstack-main-ssh-jump-pod-container\": memory request 16Mi is below the minimum 32Mi",
     ]))]
-#[case::a_new_replicaset_with_a_besteffort_template_is_rejected_not_mutated(
-    "replicaset_besteffort_template_create.json", None,
+#[case::with_mutation_off_a_new_replicaset_with_a_besteffort_template_is_rejected(
+    "replicaset_besteffort_template_create.json", Some("no_mutation.json"),
+    template_contract("dstack-main-ssh-jump-pod", &[
+        "container \"dstack-main-ssh-jump-pod-container\": cpu has no request and no limit (Guaranteed QoS needs both, equal)",
+        "container \"dstack-main-ssh-jump-pod-container\": memory has no request and no limit (Guaranteed QoS needs both, equal)",
+        "container \"dstack-main-ssh-jump-pod-container\": ephemeral-storage request is missing (at least 64Mi is required)",
+    ]))]
+#[case::with_mutation_off_dstacks_replicaset_without_resources_is_rejected(
+    "dstack_replicaset_template_without_resources_create.json", Some("no_mutation.json"),
     template_contract("dstack-main-ssh-jump-pod", &[
         "container \"dstack-main-ssh-jump-pod-container\": cpu has no request and no limit (Guaranteed QoS needs both, equal)",
         "container \"dstack-main-ssh-jump-pod-container\": memory has no request and no limit (Guaranteed QoS needs both, equal)",
@@ -164,9 +190,9 @@ fn rejected_with_every_violation_named(
      container \"dstack-main-ssh-jump-pod-container\": memory has no request and no limit (Guaranteed QoS needs both, equal); \
      container \"dstack-main-ssh-jump-pod-container\": ephemeral-storage request is missing (at least 64Mi is required)"
 )]
-#[case::scaling_down_a_besteffort_replicaset_is_never_blocked(
+#[case::with_mutation_off_scaling_down_a_besteffort_replicaset_is_never_blocked(
     "replicaset_besteffort_scale_update.json",
-    None,
+    Some("no_mutation.json"),
     "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract (accepted: its resources did not change): \
      container \"dstack-main-ssh-jump-pod-container\": cpu has no request and no limit (Guaranteed QoS needs both, equal); \
      container \"dstack-main-ssh-jump-pod-container\": memory has no request and no limit (Guaranteed QoS needs both, equal); \
@@ -205,6 +231,8 @@ struct Added {
     /// (JSON pointer of a container, its requests, its limits)
     resources: Vec<(&'static str, Value, Value)>,
     warnings: &'static [&'static str],
+    /// The kit on the first container: its session drain and the Secret of users' keys.
+    kit: Option<(u32, &'static str)>,
 }
 
 fn default_resources() -> (Value, Value) {
@@ -225,6 +253,14 @@ const LEGACY_MAIN_LABELS: &[(&str, &str)] = &[
     ("k8s.dstack.ai/project", "main"),
 ];
 
+/// The kit with the default session drain, for project `main`.
+const MAIN_KIT: Option<(u32, &str)> = Some((300, "dstack-main-ssh-jump-pod-authorized-keys"));
+
+/// `/bin/sh -c <script>`.
+fn exec(script: String) -> Value {
+    json!({"exec": {"command": ["/bin/sh", "-c", script]}})
+}
+
 fn expected_object(object: &Value, added: &Added) -> Value {
     let mut expected = object.clone();
     for (key, value) in added.labels {
@@ -234,47 +270,81 @@ fn expected_object(object: &Value, added: &Added) -> Value {
         let container = expected.pointer_mut(pointer).expect("the container exists");
         container["resources"] = json!({"requests": requests, "limits": limits});
     }
+    if let Some((drain, secret)) = added.kit {
+        let spec = &mut expected["spec"];
+        let grace = 20 + i64::from(drain);
+        if spec["terminationGracePeriodSeconds"].as_i64().unwrap_or(30) < grace {
+            spec["terminationGracePeriodSeconds"] = json!(grace);
+        }
+        spec["volumes"]
+            .as_array_mut()
+            .expect("volumes")
+            .push(json!({
+            "name": "authorized-keys",
+            "secret": {"secretName": secret, "optional": true, "defaultMode": 0o444}}));
+        let container = &mut spec["containers"][0];
+        container["lifecycle"] = json!({
+            "preStop": exec(jumppod::kit::pre_stop_script(drain)),
+            "postStart": exec(jumppod::kit::post_start_script()),
+        });
+        let mut probe = exec(jumppod::kit::readiness_script());
+        probe["periodSeconds"] = json!(2);
+        probe["failureThreshold"] = json!(1);
+        probe["timeoutSeconds"] = json!(5);
+        container["readinessProbe"] = probe;
+        container["volumeMounts"]
+            .as_array_mut()
+            .expect("volume mounts")
+            .push(json!({"name": "authorized-keys", "mountPath": "/etc/ssh/jumppod/keys", "readOnly": true}));
+    }
     expected
 }
 
 #[rstest]
-#[case::a_bare_legacy_pod_gets_the_current_labels_and_guaranteed_resources(
+#[case::a_bare_legacy_pod_gets_the_current_labels_guaranteed_resources_and_the_kit(
     "legacy_bare_pod_create.json", None,
-    Added { labels: LEGACY_MAIN_LABELS, resources: main_container_defaults(), warnings: &[] })]
+    Added { labels: LEGACY_MAIN_LABELS, resources: main_container_defaults(), warnings: &[], kit: MAIN_KIT })]
+#[case::with_the_kit_off_a_bare_legacy_pod_gets_the_labels_and_resources_alone(
+    "legacy_bare_pod_create.json", Some("no_kit.json"),
+    Added { labels: LEGACY_MAIN_LABELS, resources: main_container_defaults(), warnings: &[], kit: None })]
 #[case::an_admission_review_is_read_like_a_bare_request(
     "admission_review_legacy_bare_pod_create.json", None,
-    Added { labels: LEGACY_MAIN_LABELS, resources: main_container_defaults(), warnings: &[] })]
+    Added { labels: LEGACY_MAIN_LABELS, resources: main_container_defaults(), warnings: &[], kit: MAIN_KIT })]
 #[case::a_legacy_name_without_the_dstack_prefix_still_names_its_project(
     "legacy_unprefixed_bare_pod_create.json", None,
     Added {
         labels: &[("app.kubernetes.io/instance", "main-ssh-jump-pod"), ("app.kubernetes.io/managed-by", "dstack"), ("k8s.dstack.ai/project", "main")],
         resources: vec![("/spec/containers/0", default_resources().0, default_resources().1)],
         warnings: &[],
+        kit: Some((300, "main-ssh-jump-pod-authorized-keys")),
     })]
-#[case::a_legacy_pod_with_resources_only_gets_labels(
+#[case::a_legacy_pod_with_resources_gets_labels_and_the_kit(
     "legacy_bare_pod_with_resources_create.json", None,
     Added {
         labels: &[("app.kubernetes.io/instance", "dstack-research-ssh-jump-pod"), ("app.kubernetes.io/managed-by", "dstack"), ("k8s.dstack.ai/project", "research")],
         resources: vec![],
         warnings: &[],
+        kit: Some((300, "dstack-research-ssh-jump-pod-authorized-keys")),
     })]
-#[case::a_name_too_long_for_a_label_value_is_left_out_with_a_warning(
+#[case::a_name_too_long_for_a_label_value_is_left_out_with_a_warning_and_still_names_the_secret(
     "legacy_long_name_create.json", None,
     Added {
         labels: &[("app.kubernetes.io/managed-by", "dstack"), ("k8s.dstack.ai/project", "ml-platform-shared-gpu-training-cluster-eu-west-4b")],
         resources: main_container_defaults(),
         warnings: &["label app.kubernetes.io/instance not set: \"dstack-ml-platform-shared-gpu-training-cluster-eu-west-4b-ssh-jump-pod\" \
                      is not a valid label value (must be no more than 63 characters)"],
+        kit: Some((300, "dstack-ml-platform-shared-gpu-training-cluster-eu-west-4b-ssh-jump-pod-authorized-keys")),
     })]
-#[case::a_pod_of_an_old_besteffort_template_gets_resources_but_no_labels(
+#[case::a_pod_of_an_old_besteffort_template_gets_resources_and_the_kit_but_no_labels(
     "rs_pod_from_besteffort_template_create.json", None,
-    Added { labels: &[], resources: main_container_defaults(), warnings: &[] })]
+    Added { labels: &[], resources: main_container_defaults(), warnings: &[], kit: MAIN_KIT })]
 #[case::a_besteffort_init_container_gets_cpu_and_memory_but_no_ephemeral_storage(
     "init_container_besteffort_create.json", None,
     Added {
         labels: &[],
         resources: vec![("/spec/initContainers/0", json!({"cpu": "500m", "memory": "1Gi"}), json!({"cpu": "500m", "memory": "1Gi"}))],
         warnings: &[],
+        kit: MAIN_KIT,
     })]
 #[case::the_defaults_come_from_the_settings(
     "legacy_bare_pod_create.json", Some("raised_minimums.json"),
@@ -284,7 +354,18 @@ fn expected_object(object: &Value, added: &Added) -> Value {
             json!({"cpu": "1", "memory": "2Gi", "ephemeral-storage": "128Mi"}),
             json!({"cpu": "1", "memory": "2Gi"}))],
         warnings: &[],
+        kit: MAIN_KIT,
     })]
+#[case::dstacks_bare_jump_pod_gets_resources_and_the_kit(
+    "dstack_0_22_5_bare_jump_pod_create.json", None,
+    Added { labels: &[], resources: main_container_defaults(), warnings: &[], kit: MAIN_KIT })]
+#[case::the_session_drain_comes_from_the_settings(
+    "dstack_0_22_5_bare_jump_pod_create.json", Some("short_session_drain.json"),
+    Added { labels: &[], resources: main_container_defaults(), warnings: &[],
+            kit: Some((60, "dstack-main-ssh-jump-pod-authorized-keys")) })]
+#[case::a_conforming_jump_pod_gets_the_kit_alone(
+    "conforming_jump_pod_create.json", None,
+    Added { labels: &[], resources: vec![], warnings: &[], kit: MAIN_KIT })]
 fn mutated_by_a_patch_that_only_adds(
     #[case] fixture: &str,
     #[case] settings: Option<&str>,
@@ -300,8 +381,12 @@ fn mutated_by_a_patch_that_only_adds(
 
     let patch = evaluation.patch.as_ref().expect("a patch");
     for op in &patch.0 {
+        // The kit raises the grace period the API server defaulted to 30 s: the one value
+        // replaced.
+        let raised = matches!(op, PatchOperation::Replace(r)
+            if added.kit.is_some() && r.path == "/spec/terminationGracePeriodSeconds");
         assert!(
-            matches!(op, PatchOperation::Add(_)),
+            matches!(op, PatchOperation::Add(_)) || raised,
             "the patch only adds: {op}"
         );
     }
@@ -315,7 +400,8 @@ fn mutated_by_a_patch_that_only_adds(
         "/metadata/name",
         "/metadata/ownerReferences",
         "/status",
-        "/spec/volumes",
+        "/spec/containers/0/command",
+        "/spec/containers/0/args",
     ] {
         assert_eq!(
             patched.pointer(untouched),
@@ -323,6 +409,17 @@ fn mutated_by_a_patch_that_only_adds(
             "{untouched} is untouched"
         );
     }
+    let volumes = |pod: &Value| {
+        pod["spec"]["volumes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        volumes(&patched)[..volumes(object).len()],
+        volumes(object)[..],
+        "the volumes are kept"
+    );
     assert_eq!(
         patched["metadata"]["labels"]["app.kubernetes.io/name"],
         object["metadata"]["labels"]["app.kubernetes.io/name"],
@@ -337,13 +434,65 @@ fn mutated_by_a_patch_that_only_adds(
     assert_no_patch(&second);
 }
 
+/// The JSONPatch of dstack 0.22.5's own jump pod: the resources and the kit, nothing else.
+#[test]
+fn dstacks_jump_pod_is_patched_with_the_resources_and_the_kit() {
+    let evaluation = evaluate_fixture("dstack_0_22_5_bare_jump_pod_create.json", None);
+    let patch = serde_json::to_value(evaluation.patch.unwrap()).unwrap();
+    let ops: Vec<(&str, &str)> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|op| (op["op"].as_str().unwrap(), op["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            ("add", "/spec/containers/0/lifecycle"),
+            ("add", "/spec/containers/0/readinessProbe"),
+            ("add", "/spec/containers/0/resources/limits"),
+            ("add", "/spec/containers/0/resources/requests"),
+            ("add", "/spec/containers/0/volumeMounts/1"),
+            ("replace", "/spec/terminationGracePeriodSeconds"),
+            ("add", "/spec/volumes/1"),
+        ]
+    );
+    let value = |path: &str| {
+        patch
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|op| op["path"] == path)
+            .map(|op| op["value"].clone())
+            .unwrap()
+    };
+    assert_eq!(value("/spec/terminationGracePeriodSeconds"), 320);
+    assert_eq!(
+        value("/spec/volumes/1"),
+        json!({"name": "authorized-keys", "secret": {
+            "secretName": "dstack-main-ssh-jump-pod-authorized-keys", "optional": true, "defaultMode": 292}})
+    );
+    assert_eq!(
+        value("/spec/containers/0/volumeMounts/1"),
+        json!({"name": "authorized-keys", "mountPath": "/etc/ssh/jumppod/keys", "readOnly": true})
+    );
+    let lifecycle = value("/spec/containers/0/lifecycle");
+    let pre_stop = lifecycle["preStop"]["exec"]["command"][2].as_str().unwrap();
+    assert!(pre_stop.contains("\nsleep 20\n"), "{pre_stop}");
+    assert!(pre_stop.contains(r#"[ "$waited" -lt 300 ]"#), "{pre_stop}");
+    assert_eq!(
+        value("/spec/containers/0/readinessProbe")["periodSeconds"],
+        2
+    );
+}
+
 fn settings_value(file: Option<&str>) -> Value {
     policy_support::settings(file)
 }
 
 #[test]
 fn the_legacy_pod_patch_adds_the_labels_and_resources_it_lacks() {
-    let evaluation = evaluate_fixture("legacy_bare_pod_create.json", None);
+    let evaluation = evaluate_fixture("legacy_bare_pod_create.json", Some("no_kit.json"));
     let patch = serde_json::to_value(evaluation.patch.unwrap()).unwrap();
     assert_eq!(
         patch,
@@ -390,6 +539,15 @@ fn the_legacy_pod_patch_adds_the_labels_and_resources_it_lacks() {
      init container \"install-keys\": resources.requests.memory is missing (would be set to 1Gi); \
      init container \"install-keys\": resources.limits.memory is missing (would be set to 1Gi)"
 )]
+#[case::dstacks_bare_jump_pod_is_rejected_for_its_resources_alone_not_the_kit(
+    "dstack_0_22_5_bare_jump_pod_create.json",
+    "jump pod \"dstack-main-ssh-jump-pod\" is missing what the jump-pod contract requires (mutation is off): \
+     container \"dstack-main-ssh-jump-pod-container\": resources.requests.cpu is missing (would be set to 500m); \
+     container \"dstack-main-ssh-jump-pod-container\": resources.limits.cpu is missing (would be set to 500m); \
+     container \"dstack-main-ssh-jump-pod-container\": resources.requests.memory is missing (would be set to 1Gi); \
+     container \"dstack-main-ssh-jump-pod-container\": resources.limits.memory is missing (would be set to 1Gi); \
+     container \"dstack-main-ssh-jump-pod-container\": resources.requests.ephemeral-storage is missing (would be set to 64Mi)"
+)]
 fn with_mutation_off_what_would_be_filled_in_is_rejected(
     #[case] fixture: &str,
     #[case] message: &str,
@@ -405,6 +563,8 @@ fn with_mutation_off_what_would_be_filled_in_is_rejected(
 #[case::no_settings_at_all("empty.json")]
 #[case::raised_minimums_and_defaults("raised_minimums.json")]
 #[case::mutation_off("no_mutation.json")]
+#[case::the_kit_off("no_kit.json")]
+#[case::a_shorter_session_drain("short_session_drain.json")]
 fn valid_settings_are_accepted(#[case] file: &str) {
     let answer = validate_settings(&settings(Some(file)));
     assert!(answer.valid, "{answer:?}");
@@ -414,7 +574,15 @@ fn valid_settings_are_accepted(#[case] file: &str) {
 #[rstest]
 #[case::an_unknown_key_is_named(
     "invalid_unknown_key.json",
-    "invalid setting `gpu`: unknown field `gpu`, expected one of `cpu`, `memory`, `ephemeralStorage`, `mutate`"
+    "invalid setting `gpu`: unknown field `gpu`, expected one of `cpu`, `memory`, `ephemeralStorage`, `mutate`, `kit`, `sessionDrainSeconds`"
+)]
+#[case::a_session_drain_above_an_hour_is_refused(
+    "invalid_session_drain_above_an_hour.json",
+    "invalid setting `sessionDrainSeconds`: 3601 is above the maximum 3600 (an hour): every drain of the pod's node waits for it"
+)]
+#[case::a_kit_switch_that_is_not_a_boolean_is_named(
+    "invalid_kit_not_a_boolean.json",
+    "invalid setting `kit`: invalid type: string \"on\", expected a boolean"
 )]
 #[case::an_unknown_nested_key_is_named_with_its_path(
     "invalid_unknown_nested_key.json",

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { ROOT } from '../test/oracle.mjs';
 
 const CASES = {
-  'conforming jump pod': 'policy/test_data/conforming_jump_pod_create.json',
+  'conforming jump pod': 'policy/test_data/dstack_0_22_5_bare_jump_pod_with_kit_create.json',
   'ordinary pod': 'policy/test_data/ordinary_pod_create.json',
 };
 

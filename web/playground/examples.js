@@ -16,6 +16,10 @@ spec:
       image: testcontainers/sshd:1.3.0
       ports:
         - containerPort: 22
+      lifecycle:
+        preStop:
+          exec:
+            command: ["/bin/sh", "-c", "sleep 20"]
       resources:
 ${resources}`;
 
@@ -23,7 +27,7 @@ export const EXAMPLES = [
   {
     id: 'conforming',
     title: 'Conforming',
-    about: 'A jump pod of the current schema, Guaranteed, with an ephemeral-storage request: accepted as is.',
+    about: 'A jump pod of the current schema, Guaranteed, with an ephemeral-storage request and a preStop hook of its own (so the policy adds no handover): accepted as is.',
     verdict: 'accepted',
     manifest: current(`        requests:
           cpu: 500m
@@ -37,7 +41,7 @@ export const EXAMPLES = [
   {
     id: 'legacy',
     title: 'BestEffort legacy pod',
-    about: 'A bare pre-#3891 jump pod with no resources: at creation the policy fills in the defaults and the current labels.',
+    about: 'A bare pre-#3891 jump pod with no resources: at creation the policy fills in the defaults and the current labels, and adds the handover, the session drain and the users\' keys.',
     verdict: 'mutated',
     manifest: `apiVersion: v1
 kind: Pod

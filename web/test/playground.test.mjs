@@ -308,7 +308,7 @@ describe('the URL', () => {
 test('review latency in Chromium (recorded, not asserted)', async () => {
   // What each request is, so the timings are known to be of reviews that answered it.
   const requests = {
-    'conforming jump pod': { file: 'conforming_jump_pod_create.json', verdict: 'accepted' },
+    'conforming jump pod': { file: 'dstack_0_22_5_bare_jump_pod_with_kit_create.json', verdict: 'accepted' },
     'ordinary pod': { file: 'ordinary_pod_create.json', verdict: 'accepted' },
   };
   const results = {};

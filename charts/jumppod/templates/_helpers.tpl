@@ -77,3 +77,66 @@ limits:
 {{- $svc := include "jumppod.webhookName" . }}
 {{- list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson }}
 {{- end }}
+
+{{/* The webhook configurations' name (both kinds): cluster-scoped, so the namespace's too. */}}
+{{- define "jumppod.webhookConfigurationName" -}}
+{{- printf "%s-%s" (include "jumppod.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
+"true" when the render reaches the cluster (helm install, upgrade, rollback; `lookup` answers):
+then Helm's own hooks order the webhook configurations around the webhook (webhook-admission.yaml).
+`helm template`, and Argo CD which renders with it, never do: every object once, plainly.
+*/}}
+{{- define "jumppod.live" -}}
+{{- if or (lookup "v1" "Namespace" "" "kube-system") (lookup "v1" "Namespace" "" "default") }}true{{ end }}
+{{- end }}
+
+{{/* The controller's configuration file (YAML; `{}` when there is none). */}}
+{{- define "jumppod.controllerConfig" -}}
+{{- $config := deepCopy .Values.controller.config }}
+{{- if .Values.policySettings }}
+{{- $_ := set $config "policy_settings" .Values.policySettings }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/* The controller's Lease: one per release, so that two releases in a namespace elect apart. */}}
+{{- define "jumppod.leaseName" -}}
+{{- include "jumppod.fullname" . }}
+{{- end }}
+
+{{/*
+A component's topologySpreadConstraints: (dict "root" $ "component" C "constraints" LIST); a
+constraint without labelSelector gets the component's pod labels.
+*/}}
+{{- define "jumppod.spread" -}}
+{{- with .constraints -}}
+topologySpreadConstraints:
+{{- range . }}
+{{- $constraint := . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $constraint = merge (dict "labelSelector" (dict "matchLabels" (include "jumppod.selectorLabels" (dict "root" $.root "component" $.component) | fromYaml))) $constraint }}
+{{- end }}
+  - {{ toYaml $constraint | nindent 4 | trim }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A component's PodDisruptionBudget: (dict "root" $ "component" C "name" NAME). */}}
+{{- define "jumppod.disruptionBudget" }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "jumppod.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+spec:
+  minAvailable: 1
+  unhealthyPodEvictionPolicy: AlwaysAllow
+  selector:
+    matchLabels:
+      {{- include "jumppod.selectorLabels" (dict "root" .root "component" .component) | nindent 6 }}
+{{- end }}

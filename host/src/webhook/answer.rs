@@ -28,7 +28,53 @@ pub fn uid_of_request(request: &str) -> Option<String> {
     found.filter(|uid| !uid.is_empty())
 }
 
-const FOUND: &str = "uid found";
+/// `kind.kind` of an AdmissionRequest written as JSON (the kind of object it is about), read up
+/// to it: the API server writes it second, after the uid.
+pub fn kind_of_request(request: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        kind: Option<String>,
+    }
+    let mut found = None;
+    let _ = Member {
+        key: "kind",
+        found: &mut found,
+    }
+    .deserialize(&mut serde_json::Deserializer::from_str(request));
+    found.and_then(|k: Kind| k.kind)
+}
+
+/// Reads a map up to its member `key`, into `found`, and stops there.
+struct Member<'a, T> {
+    key: &'static str,
+    found: &'a mut Option<T>,
+}
+
+impl<'de, T: serde::Deserialize<'de>> DeserializeSeed<'de> for Member<'_, T> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Member<'_, T> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a map with `{}`", self.key)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == self.key {
+                *self.found = map.next_value().ok();
+                return Err(de::Error::custom(FOUND));
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(())
+    }
+}
+
+const FOUND: &str = "found";
 
 struct Review<'a>(&'a mut Option<String>);
 
@@ -133,6 +179,28 @@ mod tests {
         #[case] uid: Option<&str>,
     ) {
         assert_eq!(request_uid(body.as_bytes()).as_deref(), uid);
+    }
+
+    #[rstest]
+    #[case::a_pod(
+        r#"{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"object":{}}"#,
+        Some("Pod")
+    )]
+    #[case::a_replicaset_before_its_uid(
+        r#"{"kind":{"group":"apps","kind":"ReplicaSet"},"uid":"u"}"#,
+        Some("ReplicaSet")
+    )]
+    #[case::a_request_broken_after_its_kind(
+        r#"{"uid":"u","kind":{"kind":"ReplicaSet"},"object":{nope"#,
+        Some("ReplicaSet")
+    )]
+    #[case::a_kind_of_the_wrong_shape(r#"{"uid":"u","kind":"Pod"}"#, None)]
+    #[case::no_kind(r#"{"uid":"u","object":{"kind":"Pod"}}"#, None)]
+    fn the_requests_kind_is_read_up_to_where_it_is(
+        #[case] request: &str,
+        #[case] kind: Option<&str>,
+    ) {
+        assert_eq!(kind_of_request(request).as_deref(), kind);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The webhook configurations `jumppod webhook-configuration` prints.
 
-use super::{PATH, VALIDATE_PATH};
+use super::{MUTATED_ANNOTATION, MUTATED_VALUE, PATH, VALIDATE_PATH};
 use jumppod::schema;
 use serde_json::{Value, json};
 
@@ -83,7 +83,16 @@ pub fn configuration(
             webhook["reinvocationPolicy"] = json!("Never");
             "MutatingWebhookConfiguration"
         }
-        Kind::Validating => "ValidatingWebhookConfiguration",
+        Kind::Validating => {
+            // Only what the mutating pass admitted (its mark): while the validating
+            // configuration exists without the mutating one (one created, updated or deleted
+            // before the other), it never refuses what the mutation would have fixed.
+            webhook["matchConditions"]
+                .as_array_mut()
+                .expect("the jump-pods condition")
+                .push(json!({"name": "mutated-by-jumppod", "expression": mutated_condition()}));
+            "ValidatingWebhookConfiguration"
+        }
     };
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -91,6 +100,14 @@ pub fn configuration(
         "metadata": {"name": "jumppod"},
         "webhooks": [webhook],
     })
+}
+
+/// CEL: the object carries the mutating pass's mark.
+pub fn mutated_condition() -> String {
+    format!(
+        "has(object.metadata.annotations) && '{MUTATED_ANNOTATION}' in object.metadata.annotations && \
+         object.metadata.annotations['{MUTATED_ANNOTATION}'] == '{MUTATED_VALUE}'"
+    )
 }
 
 #[cfg(test)]
@@ -182,10 +199,13 @@ mod tests {
             );
             // No objectSelector: it would skip a ReplicaSet labelled only on its template.
             assert_eq!(webhook.get("objectSelector"), None);
-            assert_eq!(
-                webhook["matchConditions"],
-                json!([{"name": "jump-pods", "expression": schema::match_condition()}])
-            );
+            let mut conditions =
+                vec![json!({"name": "jump-pods", "expression": schema::match_condition()})];
+            if kind == Kind::Validating {
+                conditions
+                    .push(json!({"name": "mutated-by-jumppod", "expression": mutated_condition()}));
+            }
+            assert_eq!(webhook["matchConditions"], json!(conditions));
         }
     }
 }

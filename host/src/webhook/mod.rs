@@ -9,6 +9,8 @@
 
 mod answer;
 mod configuration;
+mod expiry;
+mod metrics;
 mod reload;
 mod serve;
 
@@ -24,6 +26,13 @@ use serde_json::{Value, json};
 pub const PATH: &str = "/mutate";
 /// The path the ValidatingWebhookConfiguration points at: [`validate`].
 pub const VALIDATE_PATH: &str = "/validate";
+/// The annotation the mutating pass puts on every object it admits, and without which the
+/// validating configuration sends nothing (its matchConditions): the validating pass judges
+/// only what the mutating pass has seen, whichever of the two configurations the API server
+/// has at a given moment (created, updated or deleted one after the other).
+pub const MUTATED_ANNOTATION: &str = "jumppod.dstack.ai/mutated";
+/// Its value.
+pub const MUTATED_VALUE: &str = "true";
 
 /// The operator's settings as each pass sends them to the policy, written once at start.
 pub struct Settings {
@@ -56,11 +65,17 @@ struct Body<'a> {
 /// with a request is refused (allowed: false, code 400) with what is wrong; a policy that
 /// fails (a trap, the deadline) refuses with code 500, as policy-server does.
 pub fn review(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
-    envelope(response(policy, &settings.mutating, body))
+    envelope(response(policy, |_| &settings.mutating, body, true))
 }
 
-/// The AdmissionResponse to one body, under the settings the pass sends.
-fn response(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
+/// The AdmissionResponse to one body, under the settings the pass sends for its request;
+/// `marking`: the mutating pass, which marks what it admits.
+fn response<'s>(
+    policy: &dyn Policy,
+    settings: impl FnOnce(&RawValue) -> &'s str,
+    body: &[u8],
+    marking: bool,
+) -> Value {
     let document: Body = match serde_json::from_slice(body) {
         Ok(document) => document,
         Err(e) => {
@@ -81,9 +96,9 @@ fn response(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
         (Some(k), Some(v), Some(request), Some(uid))
             if k == "AdmissionReview" && v == "admission.k8s.io/v1" =>
         {
-            let payload = jumppod_review::payload_of_text(request.get(), settings);
+            let payload = jumppod_review::payload_of_text(request.get(), settings(request));
             match policy.validate_payload(&payload) {
-                Ok(answer) => match admitted(request, &uid, &answer) {
+                Ok(answer) => match admitted(request, &uid, answer, marking) {
                     Ok(response) => fitted(response),
                     // Never allowed without the patch the policy asked for.
                     Err(e) => refuse(
@@ -116,18 +131,79 @@ fn response(policy: &dyn Policy, settings: &str, body: &[u8]) -> Value {
     }
 }
 
-/// The AdmissionResponse of the policy's answer. The request is read whole only for a
-/// mutation, whose patch is the difference from the request's object.
+/// The AdmissionResponse of the policy's answer, an admitted object marked
+/// ([`MUTATED_ANNOTATION`]). The request is read whole only for a mutation, whose patch is the
+/// difference from the request's object; otherwise only its annotations are read, for the mark.
 fn admitted(
     request: &RawValue,
     uid: &str,
-    answer: &ValidationResponse,
+    mut answer: ValidationResponse,
+    marking: bool,
 ) -> Result<Value, serde_json::Error> {
-    let request = match answer.mutated_object {
-        Some(_) => serde_json::from_str(request.get())?,
-        None => json!({"uid": uid}),
+    if !answer.accepted {
+        return Ok(admission_response(&json!({"uid": uid}), &answer));
+    }
+    if let Some(mutated) = answer.mutated_object.as_mut() {
+        let request: Value = serde_json::from_str(request.get())?;
+        if marking {
+            mark(mutated);
+        }
+        return Ok(admission_response(&request, &answer));
+    }
+    let mut response = admission_response(&json!({"uid": uid}), &answer);
+    if marking && let Some(op) = mark_operation(request)? {
+        use base64::Engine as _;
+        response["patchType"] = json!("JSONPatch");
+        response["patch"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(json!([op]).to_string()));
+    }
+    Ok(response)
+}
+
+/// The mark set on an object (a mutated one, as the policy returned it).
+fn mark(object: &mut Value) {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = metadata.entry("annotations").or_insert(Value::Null);
+        if !annotations.is_object() {
+            *annotations = json!({});
+        }
+        annotations[MUTATED_ANNOTATION] = json!(MUTATED_VALUE);
+    }
+}
+
+/// The JSONPatch operation that marks the request's object, none when it is marked already
+/// (or has no object). Only `object.metadata.annotations` is read into memory.
+fn mark_operation(request: &RawValue) -> Result<Option<Value>, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct Request {
+        object: Option<Object>,
+    }
+    #[derive(Deserialize)]
+    struct Object {
+        metadata: Option<Metadata>,
+    }
+    #[derive(Deserialize)]
+    struct Metadata {
+        annotations: Option<std::collections::BTreeMap<String, String>>,
+    }
+    let request: Request = serde_json::from_str(request.get())?;
+    let Some(metadata) = request.object.and_then(|o| o.metadata) else {
+        return Ok(None);
     };
-    Ok(admission_response(&request, answer))
+    Ok(match metadata.annotations {
+        Some(a) if a.get(MUTATED_ANNOTATION).map(String::as_str) == Some(MUTATED_VALUE) => None,
+        Some(_) => Some(json!({
+            "op": "add",
+            // JSON Pointer: `/` in a key is written `~1`.
+            "path": format!("/metadata/annotations/{}", MUTATED_ANNOTATION.replace('/', "~1")),
+            "value": MUTATED_VALUE,
+        })),
+        None => Some(json!({
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {MUTATED_ANNOTATION: MUTATED_VALUE},
+        })),
+    })
 }
 
 /// The validating pass: the policy's verdict on the object as it will be stored, after every
@@ -135,9 +211,15 @@ fn admitted(
 /// order mutating webhooks of different configurations by anything but their names). The
 /// policy runs with mutation off, so what a later mutation left out (a sidecar without
 /// resources) is refused naming what is missing instead of being patched in: a validating
-/// webhook cannot patch.
+/// webhook cannot patch. A ReplicaSet is judged under the operator's settings: no pass mutates
+/// it, and with mutation on its template is judged by the pods it makes, which the mutating
+/// pass fills in at their creation; with mutation off refusing what it lacks.
 pub fn validate(policy: &dyn Policy, settings: &Settings, body: &[u8]) -> Value {
-    validation(envelope(response(policy, &settings.validating, body)))
+    let settings = |request: &RawValue| match answer::kind_of_request(request.get()).as_deref() {
+        Some("ReplicaSet") => settings.mutating.as_str(),
+        _ => settings.validating.as_str(),
+    };
+    validation(envelope(response(policy, settings, body, false)))
 }
 
 /// The settings of the validating pass: the operator's, with `mutate` off.
@@ -290,42 +372,60 @@ mod tests {
         );
     }
 
-    /// A bare AdmissionRequest of policy/test_data as the API server sends it: in a review.
+    /// A bare AdmissionRequest of policy/test_data as the API server sends it: in a review;
+    /// the answer with its patch decoded.
     fn reviewed(request: &str) -> Value {
         let request: Value = serde_json::from_str(request).unwrap();
         let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
-        answer(body.to_string().as_bytes())
+        decoded(answer(body.to_string().as_bytes()))
+    }
+
+    /// An answer with its base64 JSONPatch as JSON.
+    fn decoded(mut response: Value) -> Value {
+        use base64::Engine as _;
+        if let Some(patch) = response.get("patch").and_then(Value::as_str) {
+            let patch = base64::engine::general_purpose::STANDARD
+                .decode(patch)
+                .expect("the patch is base64");
+            response["patch"] = serde_json::from_slice(&patch).expect("the patch is JSON");
+        }
+        response
+    }
+
+    /// The JSONPatch operation that marks an object without annotations.
+    fn marked() -> Value {
+        json!({"op": "add", "path": "/metadata/annotations", "value": {MUTATED_ANNOTATION: MUTATED_VALUE}})
     }
 
     /// The expected answers are written out (the verdicts and messages kwctl run gives for the
     /// same fixtures, policy/e2e.bats), not computed by the policy and the response builder
     /// that `review` itself calls.
     #[test]
-    fn a_legacy_bare_pod_gets_its_uid_and_the_patch_that_labels_and_sizes_it() {
-        let mut response = answer(
-            include_str!("../../../policy/test_data/admission_review_legacy_bare_pod_create.json")
+    fn a_legacy_bare_pod_gets_its_uid_and_the_patch_that_labels_marks_and_sizes_it() {
+        // The kit off: its patch is `policy_wasm`'s to check.
+        let response = decoded(
+            review(
+                &Native,
+                &Settings::new(&json!({"kit": false})),
+                include_str!(
+                    "../../../policy/test_data/admission_review_legacy_bare_pod_create.json"
+                )
                 .as_bytes(),
+            )["response"]
+                .clone(),
         );
-        use base64::Engine as _;
-        let patch = response.as_object_mut().unwrap().remove("patch");
-        let patch = base64::engine::general_purpose::STANDARD
-            .decode(patch.as_ref().and_then(Value::as_str).expect("a patch"))
-            .expect("the patch is base64");
-        let patch: Value = serde_json::from_slice(&patch).expect("the patch is JSON");
         assert_eq!(
             response,
-            json!({"uid": "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41", "allowed": true, "patchType": "JSONPatch"})
-        );
-        assert_eq!(
-            patch,
-            json!([
+            json!({"uid": "9c2f5e8b-1a4d-4c7f-b0e3-6a9d2f5c8b41", "allowed": true, "patchType": "JSONPatch",
+                   "patch": [
+                marked(),
                 {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1instance", "value": "dstack-main-ssh-jump-pod"},
                 {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1managed-by", "value": "dstack"},
                 {"op": "add", "path": "/metadata/labels/k8s.dstack.ai~1project", "value": "main"},
                 {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {"cpu": "500m", "memory": "1Gi"}},
                 {"op": "add", "path": "/spec/containers/0/resources/requests",
                  "value": {"cpu": "500m", "ephemeral-storage": "64Mi", "memory": "1Gi"}},
-            ])
+            ]})
         );
     }
 
@@ -334,23 +434,26 @@ mod tests {
         container \"dstack-main-ssh-jump-pod-container\": ephemeral-storage request is missing (at least 64Mi is required)";
 
     #[rstest]
-    #[case::an_ordinary_pod_is_allowed_untouched(
+    // The configurations never send it; sent anyway, it is admitted with only the mark, which
+    // it adds to the annotations it has.
+    #[case::an_ordinary_pod_is_allowed_only_marked(
         include_str!("../../../policy/test_data/ordinary_pod_create.json"),
-        json!({"uid": "6b2e9f1a-4c7d-4e8b-a3f5-1d9c7e2b4a60", "allowed": true}))]
+        json!({"uid": "6b2e9f1a-4c7d-4e8b-a3f5-1d9c7e2b4a60", "allowed": true, "patchType": "JSONPatch",
+               "patch": [{"op": "add", "path": "/metadata/annotations/jumppod.dstack.ai~1mutated", "value": "true"}]}))]
     #[case::an_undersized_jump_pod_is_refused_naming_container_value_and_minimum(
         include_str!("../../../policy/test_data/undersized_jump_pod_create.json"),
         json!({"uid": "c3e6a9d2-1f4b-4c8e-9a7d-5b2e8f1c4a73", "allowed": false, "status": {"message":
             "jump pod \"dstack-main-ssh-jump-pod-w5n8r\" does not meet the jump-pod contract: \
              container \"dstack-main-ssh-jump-pod-container\": cpu request 50m is below the minimum 100m"}}))]
-    #[case::a_best_effort_replicaset_template_is_refused_not_mutated(
+    #[case::a_best_effort_replicaset_template_is_allowed_not_mutated_as_its_pods_get_resources(
         include_str!("../../../policy/test_data/replicaset_besteffort_template_create.json"),
-        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": false, "status": {"message": format!(
-            "the pod template of jump-pod ReplicaSet \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract: {BEST_EFFORT}")}}))]
+        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": true}))]
     // The policy's one warning of 461 characters, as one per finding: the API server may cut
     // a warning past 256 characters.
     #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning_per_finding(
         include_str!("../../../policy/test_data/legacy_pod_adoption_update.json"),
-        json!({"uid": "4a7d0c3f-6e9b-4b2e-a5d8-1c4f7a0d3e66", "allowed": true, "warnings": [
+        json!({"uid": "4a7d0c3f-6e9b-4b2e-a5d8-1c4f7a0d3e66", "allowed": true, "patchType": "JSONPatch",
+               "patch": [marked()], "warnings": [
             "jump pod \"dstack-main-ssh-jump-pod\" does not meet the jump-pod contract (accepted: its resources did not change): \
              container \"dstack-main-ssh-jump-pod-container\": cpu has no request and no limit (Guaranteed QoS needs both, equal)",
             "container \"dstack-main-ssh-jump-pod-container\": memory has no request and no limit (Guaranteed QoS needs both, equal)",
@@ -360,6 +463,24 @@ mod tests {
         #[case] expected: Value,
     ) {
         assert_eq!(reviewed(request), expected);
+    }
+
+    /// What marks an object: the annotation added to those it has, or the annotations made;
+    /// nothing for an object marked already.
+    #[rstest]
+    #[case::no_annotations(json!({"metadata": {"name": "p"}}), Some(marked()))]
+    #[case::null_annotations(json!({"metadata": {"annotations": null}}), Some(marked()))]
+    #[case::other_annotations(json!({"metadata": {"annotations": {"a": "b"}}}),
+        Some(json!({"op": "add", "path": "/metadata/annotations/jumppod.dstack.ai~1mutated", "value": "true"})))]
+    #[case::marked_already(json!({"metadata": {"annotations": {MUTATED_ANNOTATION: MUTATED_VALUE}}}), None)]
+    #[case::no_object(json!(null), None)]
+    fn the_mutating_pass_marks_what_it_admits_once(
+        #[case] object: Value,
+        #[case] expected: Option<Value>,
+    ) {
+        let request = serde_json::to_string(&json!({"uid": "u", "object": object})).unwrap();
+        let request = RawValue::from_string(request).unwrap();
+        assert_eq!(mark_operation(&request).unwrap(), expected);
     }
 
     #[rstest]
@@ -386,25 +507,26 @@ mod tests {
         assert_eq!(validating_settings(&settings), expected);
     }
 
+    /// Applies to the review `body`'s object the patch of the mutating pass under `settings`.
+    fn mutated(body: &mut Value, settings: &Settings) {
+        use base64::Engine as _;
+        let answer = review(&Native, settings, body.to_string().as_bytes())["response"].clone();
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(answer["patch"].as_str().expect("the mutating pass patches"))
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+    }
+
     /// The bare legacy pod as the mutating pass left it, then as a later mutating webhook (a
     /// sidecar injector) left it: the first passes the validating pass, the second is refused.
     #[test]
     fn the_validating_pass_admits_a_mutated_legacy_pod_and_refuses_what_a_later_mutation_broke() {
-        use base64::Engine as _;
         let mut body: Value = serde_json::from_str(include_str!(
             "../../../policy/test_data/admission_review_legacy_bare_pod_create.json"
         ))
         .unwrap();
-        let mutated = answer(body.to_string().as_bytes());
-        let patch = base64::engine::general_purpose::STANDARD
-            .decode(
-                mutated["patch"]
-                    .as_str()
-                    .expect("the mutating pass patches"),
-            )
-            .unwrap();
-        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
-        json_patch::patch(&mut body["request"]["object"], &patch).unwrap();
+        mutated(&mut body, &Settings::new(&json!({})));
         let validated = |body: &Value| {
             validate(
                 &Native,
@@ -432,6 +554,56 @@ mod tests {
                     "container \"sidecar\": resources.requests.cpu is missing (would be set to 500m)"
                 ),
             "{message}"
+        );
+    }
+
+    /// dstack's ReplicaSet (its template dstack's pod, no resources) through both passes: the
+    /// validating pass judges it as the mutating pass does, by the pods it makes, with
+    /// mutation on; with mutation off both refuse it.
+    #[rstest]
+    #[case::mutation_on(json!({}), true)]
+    #[case::mutation_off(json!({"mutate": false}), false)]
+    fn dstacks_replicaset_passes_both_passes_exactly_when_its_pods_are_filled_in(
+        #[case] settings: Value,
+        #[case] allowed: bool,
+    ) {
+        let request: Value = serde_json::from_str(include_str!(
+            "../../../policy/test_data/dstack_replicaset_template_without_resources_create.json"
+        ))
+        .unwrap();
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+            .to_string();
+        let settings = Settings::new(&settings);
+        let mutating = review(&Native, &settings, body.as_bytes())["response"].clone();
+        let validating = validate(&Native, &settings, body.as_bytes())["response"].clone();
+        for response in [&mutating, &validating] {
+            assert_eq!(response["allowed"], allowed, "{response}");
+            assert_eq!(response.get("patch"), None, "{response}");
+        }
+        if !allowed {
+            let message = validating["status"]["message"].as_str().unwrap();
+            assert!(message.ends_with(BEST_EFFORT), "{message}");
+        }
+    }
+
+    /// dstack's bare jump pod as the mutating pass leaves it (resources and the kit) passes
+    /// the validating pass, which adds and asks for no kit.
+    #[test]
+    fn dstacks_jump_pod_with_the_kit_passes_the_validating_pass() {
+        let request: Value = serde_json::from_str(include_str!(
+            "../../../policy/test_data/dstack_0_22_5_bare_jump_pod_create.json"
+        ))
+        .unwrap();
+        let mut body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        let settings = Settings::new(&json!({}));
+        mutated(&mut body, &settings);
+        let container = &body["request"]["object"]["spec"]["containers"][0];
+        assert!(container["lifecycle"]["preStop"].is_object(), "{container}");
+        let validated =
+            validate(&Native, &settings, body.to_string().as_bytes())["response"].clone();
+        assert_eq!(
+            validated,
+            json!({"uid": "0b7d3e52-9c1a-4f6e-b8d2-5a3c7e9f1d46", "allowed": true})
         );
     }
 }

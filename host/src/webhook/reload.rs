@@ -12,6 +12,7 @@
 //! previous one served, with a warning naming the file and the problem, once per change of the
 //! files.
 
+use super::expiry::{self, Validity};
 use jumppod_plan::config::ConfigError;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -71,6 +72,7 @@ impl Reloading {
     ) -> Result<Reloading, ConfigError> {
         let seen = stamp(cert, key);
         let serving = Arc::new(load(cert, key, &provider)?);
+        report_expiry(&serving, cert);
         Ok(Reloading {
             cert: cert.to_owned(),
             key: key.to_owned(),
@@ -108,6 +110,7 @@ impl Reloading {
                         key = %self.key.display(),
                         "serving certificate reloaded"
                     );
+                    report_expiry(&state.serving, &self.cert);
                 }
                 Err(e) => tracing::warn!(
                     flag = %e.field,
@@ -118,6 +121,49 @@ impl Reloading {
             }
         }
         (state.serving.clone(), state.generation)
+    }
+}
+
+impl Reloading {
+    /// The validity of the chain served now (None if it cannot be read).
+    pub fn validity(&self) -> Option<Validity> {
+        validity_of(&self.current())
+    }
+
+    /// Logs when the chain served now expires, a warning when its renewal is due.
+    pub fn report_expiry(&self) {
+        report_expiry(&self.current(), &self.cert);
+    }
+}
+
+fn validity_of(pair: &CertifiedKey) -> Option<Validity> {
+    Validity::of_chain(pair.cert.iter().map(|c| c.as_ref()))
+}
+
+/// When the pair expires: logged at info, or as a warning once less than a third of its
+/// lifetime is left (the chart renews its own certificate at an upgrade from then on,
+/// cert-manager by default at that point), or expired.
+fn report_expiry(pair: &CertifiedKey, cert: &Path) {
+    let now = expiry::now();
+    match validity_of(pair) {
+        Some(v) if v.renewal_due(now) => tracing::warn!(
+            cert = %cert.display(),
+            not_after = %expiry::rfc3339(v.not_after),
+            seconds_left = v.seconds_left(now),
+            "the serving certificate expires soon or has expired: less than a third of its \
+             lifetime is left; renew it (a helm upgrade renews the chart's generated one), or \
+             the API server refuses every call once it has expired"
+        ),
+        Some(v) => tracing::info!(
+            cert = %cert.display(),
+            not_after = %expiry::rfc3339(v.not_after),
+            seconds_left = v.seconds_left(now),
+            "serving certificate valid"
+        ),
+        None => tracing::warn!(
+            cert = %cert.display(),
+            "cannot read the serving certificate's validity"
+        ),
     }
 }
 

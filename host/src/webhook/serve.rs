@@ -1,6 +1,7 @@
 //! The TLS and HTTP around [`super::review`]: the serving certificate, the listener, the
-//! routes (`POST /mutate`, `/healthz`, `/readyz`).
+//! routes (`POST /mutate`, `POST /validate`, `/healthz`, `/readyz`, `/metrics`).
 
+use super::metrics::Metrics;
 use super::reload::Reloading;
 use super::{PATH, Settings, VALIDATE_PATH, envelope, refuse, review, validate};
 use crate::error::HostError;
@@ -99,7 +100,12 @@ pub async fn serve(
         evaluating: evaluations(),
         draining: std::sync::atomic::AtomicBool::new(false),
         pair,
+        metrics: Metrics::new(),
     });
+    // The certificate's expiry logged again each day (at start and on each reload too): a
+    // warning once its renewal is due.
+    let mut expiry_report =
+        tokio::time::interval_at(tokio::time::Instant::now() + EXPIRY_REPORT, EXPIRY_REPORT);
     // wasmtime compiles synchronously: on the blocking pool, while the probes are answered.
     let mut load = tokio::task::spawn_blocking(options.load);
     let mut loading = true;
@@ -147,6 +153,10 @@ pub async fn serve(
                 continue;
             }
             () = &mut drained, if draining => break,
+            _ = expiry_report.tick() => {
+                state.pair.report_expiry();
+                continue;
+            }
         };
         tokio::spawn(connection(
             tcp,
@@ -175,6 +185,9 @@ pub async fn serve(
     Ok(())
 }
 
+/// How often the serving certificate's expiry is logged.
+const EXPIRY_REPORT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// What the connections share: the policy once it is compiled and its settings accepted.
 struct State {
     policy: OnceLock<Arc<dyn Policy>>,
@@ -185,6 +198,7 @@ struct State {
     draining: std::sync::atomic::AtomicBool,
     /// The serving pair.
     pair: Arc<Reloading>,
+    metrics: Metrics,
 }
 
 /// As many evaluations at a time as there are cores: each runs on a thread of the blocking
@@ -229,6 +243,11 @@ async fn connection(
         async move {
             let draining = state.draining.load(std::sync::atomic::Ordering::Relaxed);
             let mut answer = match state.policy.get() {
+                _ if req.method() == Method::GET && req.uri().path() == "/metrics" => reply(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    state.metrics.render(&state.pair).into_bytes(),
+                ),
                 Some(_) if draining && req.uri().path() == "/readyz" => reply(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "text/plain",

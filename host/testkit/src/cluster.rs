@@ -818,10 +818,22 @@ pub async fn tls_session(
     addr: &str,
     ca: &std::path::Path,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    tls_connect(addr, &std::fs::read(ca).unwrap(), "127.0.0.1")
+        .await
+        .expect("a TLS session verified against the CA")
+}
+
+/// A TLS session with the server at `addr`, its certificate verified for `name` against the
+/// CA certificates of the PEM `ca`, as the API server verifies a webhook's: the error of the
+/// connection or the handshake otherwise.
+pub async fn tls_connect(
+    addr: &str,
+    ca: &[u8],
+    name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     use tokio_rustls::rustls;
     let mut roots = rustls::RootCertStore::empty();
-    let ca = std::fs::read(ca).unwrap();
-    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(ca) {
         roots.add(cert.unwrap()).unwrap();
     }
     let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
@@ -831,12 +843,12 @@ pub async fn tls_session(
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from(name.to_owned())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
         .connect(name, tcp)
         .await
-        .expect("a TLS session verified against the CA")
 }
 
 /// The name of the webhook configurations that send a scenario's namespace to the policy.

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod admissions;
 pub mod backend;
 pub mod both;
 pub mod cluster;

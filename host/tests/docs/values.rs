@@ -200,7 +200,8 @@ pub fn named_in(word: &str, roots: &[&str]) -> Option<String> {
         .then(|| path.to_owned())
 }
 
-/// The paths of `.Values` a Helm template reads.
+/// The paths of `.Values` a Helm template reads, but those under a key starting with `_`: the
+/// chart's own templates keep what they compute there (`set .Values "_name"`), no user's value.
 pub fn read_by_template(template: &str) -> Vec<(usize, String)> {
     let mut found = Vec::new();
     for (n, line) in template.lines().enumerate() {
@@ -210,7 +211,9 @@ pub fn read_by_template(template: &str) -> Vec<(usize, String)> {
             let end = tail
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '_'))
                 .unwrap_or(tail.len());
-            found.push((n + 1, tail[..end].trim_end_matches('.').to_owned()));
+            if !tail.starts_with('_') {
+                found.push((n + 1, tail[..end].trim_end_matches('.').to_owned()));
+            }
             rest = &tail[end..];
         }
     }

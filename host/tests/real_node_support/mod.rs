@@ -1,0 +1,327 @@
+//! Shared by the test binaries that run on the real nodes of `jumppod-controlplane run
+//! --real-nodes` (`real_node.rs`, `dstack.rs`): what the nodes are, key pairs, and the OpenSSH
+//! client through a NodePort on 127.0.0.1.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of this module"
+)]
+
+use jumppod_testkit::cluster::{cluster_dir, wait_for_up_to};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The real nodes as `ready.json` describes them (controlplane/realnode.go `realNodesInfo`).
+pub struct RealNodes {
+    pub label: (String, String),
+    pub taint_key: String,
+    pub sshd_image: String,
+}
+
+pub fn real_nodes() -> RealNodes {
+    let ready = cluster_dir().join("ready.json");
+    let text = std::fs::read_to_string(&ready)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", ready.display()));
+    let ready: Value = serde_json::from_str(&text).expect("ready.json is JSON");
+    let real = &ready["real_nodes"];
+    assert!(
+        real.is_object(),
+        "the control plane in {} has no real nodes: `make real-node-scenarios` starts one with \
+         them (jumppod-controlplane run --real-nodes 2)",
+        cluster_dir().display()
+    );
+    let text = |field: &str| {
+        real[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("ready.json: real_nodes.{field} missing"))
+            .to_owned()
+    };
+    let (key, value) = text("label")
+        .split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .expect("real_nodes.label is key=value");
+    let taint = text("taint");
+    let taint_key = taint.split('=').next().unwrap_or_default().to_owned();
+    RealNodes {
+        label: (key, value),
+        taint_key,
+        sshd_image: text("sshd_image"),
+    }
+}
+
+/// What the pod's `container` wrote (`kubectl logs`), read where its real kubelet keeps it (its
+/// `podLogsDir`, controlplane/realnode.go): the API server has no client certificate for the
+/// kubelets, so `kubectl logs` is refused (401) on these nodes. Why not, once the kubelet has
+/// removed it with the pod.
+pub fn container_log(pod: &Pod, container: &str) -> Result<String, String> {
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let meta = &pod.metadata;
+    let path = cluster_dir().join(format!(
+        "nodes/{node}/pod-logs/{}_{}_{}/{container}/0.log",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        meta.uid.as_deref().unwrap_or_default(),
+    ));
+    std::fs::read_to_string(&path).map_err(|e| format!("(no log at {}: {e})", path.display()))
+}
+
+/// A fresh ed25519 key pair, made by ssh-keygen; returns the private key's path and the
+/// public key's line.
+pub fn key_pair(dir: &Path) -> (PathBuf, String) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let private = dir.join("id_ed25519");
+    let status = std::process::Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "real-node-test",
+            "-f",
+        ])
+        .arg(&private)
+        .status()
+        .expect("ssh-keygen (openssh-client)");
+    assert!(status.success(), "ssh-keygen failed: {status}");
+    let public = std::fs::read_to_string(private.with_extension("pub")).unwrap();
+    (private, public.trim().to_owned())
+}
+
+/// What every SSH client of these tests says: only the key given, no prompt, any host key (each
+/// pod makes its own), errors only, a bounded connect.
+pub const SSH_OPTIONS: [&str; 12] = [
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "ConnectTimeout=5",
+    "-o",
+    "LogLevel=ERROR",
+];
+
+/// `ssh` running `command` as root at `host`:`port` with `key`, accepting any host key.
+pub fn ssh_command(key: &Path, host: &str, port: i32, command: &str) -> tokio::process::Command {
+    let mut ssh = tokio::process::Command::new("ssh");
+    ssh.arg("-i")
+        .arg(key)
+        .args(["-p", &port.to_string()])
+        .args(SSH_OPTIONS)
+        .args([&format!("root@{host}"), command]);
+    ssh
+}
+
+/// Runs `command` over SSH as root at 127.0.0.1:`port` with `key`, accepting any host key;
+/// its output, or why it failed.
+pub async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
+    outcome(
+        ssh_command(key, "127.0.0.1", port, command),
+        Duration::from_secs(20),
+    )
+    .await
+}
+
+/// What an ssh client printed, if it succeeded within `limit`, else why not.
+pub async fn outcome(mut ssh: tokio::process::Command, limit: Duration) -> Result<String, String> {
+    let output = ssh
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(limit, output).await {
+        Err(_) => Err(format!("ssh took more than {limit:?}")),
+        Ok(Err(e)) => Err(format!("cannot run ssh: {e}")),
+        Ok(Ok(out)) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        }
+        Ok(Ok(out)) => Err(format!(
+            "ssh exited {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// An SSH session left open: a remote loop that prints a line every second, whose lines are
+/// counted as they come, and when the last one came.
+pub struct Session {
+    child: tokio::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<(usize, Option<Instant>)>>,
+}
+
+impl Session {
+    pub fn open(key: &Path, host: &str, port: i32) -> Session {
+        let mut child = ssh_command(key, host, port, "while :; do echo tick; sleep 1; done")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ssh");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new((0, None)));
+        let count = lines.clone();
+        let stdout = child.stdout.take().unwrap();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut reader = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(_)) = reader.next_line().await {
+                let mut seen = count.lock().unwrap();
+                *seen = (seen.0 + 1, Some(Instant::now()));
+            }
+        });
+        Session { child, lines }
+    }
+
+    pub fn lines(&self) -> usize {
+        self.lines.lock().unwrap().0
+    }
+
+    /// Once it ended (within `limit`): when it last printed.
+    pub async fn ended(mut self, limit: Duration) -> Instant {
+        let exit = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the session still runs after {limit:?}"));
+        eprintln!("the open session ended: {exit:?}");
+        // Its output is read to the end once ssh has exited.
+        wait_for_up_to(
+            "the session's output read",
+            Duration::from_secs(5),
+            || async { (std::sync::Arc::strong_count(&self.lines) == 1).then_some(()) },
+        )
+        .await;
+        self.lines.lock().unwrap().1.expect("a line")
+    }
+
+    /// Ends it from the client's side, as a user closing their terminal.
+    pub async fn close(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// Waits (bounded) for a line after the `seen`-th, with the session still open.
+    pub async fn still_open_after(&mut self, seen: usize, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.lines() <= seen {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("the SSH session ended ({status}) {what}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the SSH session printed nothing for 20 s {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// A new SSH connection through the NodePort every 200 ms, until [`Probes::none_failed`]: the
+/// outcome of each (the hostname that answered, or why none did), as they come.
+/// One connection's outcome (the hostname that answered, or why none did), and when it was
+/// made.
+pub type Probe = (Instant, Result<String, String>);
+
+pub struct Probes {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    outcomes: std::sync::Arc<std::sync::Mutex<Vec<Probe>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Probes {
+    pub fn start(key: &Path, port: i32) -> Probes {
+        let key = key.to_owned();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let outcomes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stopped, recorded) = (stop.clone(), outcomes.clone());
+        let task = tokio::spawn(async move {
+            let mut attempts = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                tick.tick().await;
+                let (key, recorded) = (key.clone(), recorded.clone());
+                attempts.push(tokio::spawn(async move {
+                    let made = Instant::now();
+                    let outcome = ssh(&key, port, "hostname").await;
+                    recorded.lock().unwrap().push((made, outcome));
+                }));
+            }
+            for attempt in attempts {
+                attempt.await.expect("an attempt's task");
+            }
+        });
+        Probes {
+            stop,
+            outcomes,
+            task,
+        }
+    }
+
+    /// How many connections `pod` answered so far.
+    pub fn answered(&self, pod: &str) -> usize {
+        let outcomes = self.outcomes.lock().unwrap();
+        outcomes
+            .iter()
+            .filter(|(_, o)| o.as_ref().is_ok_and(|h| h == pod))
+            .count()
+    }
+
+    /// Waits (bounded) until `pod` has answered a few more connections than now.
+    pub async fn answering(&self, pod: &str) {
+        let before = self.answered(pod);
+        wait_for_up_to(
+            &format!("{pod} to answer new connections"),
+            Duration::from_secs(30),
+            || async { (self.answered(pod) >= before + 3).then_some(()) },
+        )
+        .await;
+    }
+
+    /// Stops them; every connection must have been answered, some by `second`. Prints how
+    /// many each pod answered.
+    pub async fn none_failed(mut self, first: &str, second: &str) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (&mut self.task).await.unwrap();
+        let answered = |pod: &str| self.answered(pod);
+        let outcomes = self.outcomes.lock().unwrap().clone();
+        let failed: Vec<&String> = outcomes
+            .iter()
+            .filter_map(|(_, o)| o.as_ref().err())
+            .collect();
+        eprintln!(
+            "new connections every 200 ms: {} made, {} failed; {} answered by {first}, {} by {second}",
+            outcomes.len(),
+            failed.len(),
+            answered(first),
+            answered(second)
+        );
+        assert!(
+            failed.is_empty(),
+            "refused or failed connections: {failed:?}"
+        );
+        assert!(
+            answered(second) > 0,
+            "no connection reached the replacement"
+        );
+    }
+}
+
+impl Probes {
+    /// Stops them; every connection's outcome, and when it was made, in the order they were
+    /// made.
+    pub async fn stopped(mut self) -> Vec<Probe> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (&mut self.task).await.unwrap();
+        let mut outcomes = self.outcomes.lock().unwrap().clone();
+        outcomes.sort_by_key(|(made, _)| *made);
+        outcomes
+    }
+}
