@@ -39,7 +39,7 @@ STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 NICE         := nice -n 10
 
-.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
 
 all: policy
 
@@ -295,6 +295,14 @@ bench-webhook: policy image-bin
 	  echo "bench-webhook: installing Debian's $(BENCH_WEBHOOK_PACKAGES) (wrk loads the webhook)"; \
 	  $(call apt-install,$(BENCH_WEBHOOK_PACKAGES)); }
 	host/bench/webhook.sh $(IMAGE_BIN) $(POLICY_WASM)
+
+## bench-jump-pod: the jump pod at its default size on a real node: its memory with 0, 10 and 40
+## SSH sessions through it, the throughput of one, and how long new connections fail after its
+## container crashes (host/bench/jump-pod.sh), in a control plane with 2 real nodes (root)
+bench-jump-pod: real-node-deps real-node-images image-bin $(CONTROLPLANE)
+	@command -v jq >/dev/null 2>&1 || { echo "bench-jump-pod: installing Debian's jq"; $(call apt-install,jq); }
+	$(CONTROLPLANE) run --real-nodes 2 --real-node-images $(REAL_NODE_IMAGES) \
+	  --dir $(TARGET_DIR)/controlplane/bench-jump-pod -- host/bench/jump-pod.sh $(IMAGE_BIN)
 
 ## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats
 e2e-kwctl: policy

@@ -260,9 +260,10 @@ pub enum Command {
 #[derive(Args, Clone)]
 pub struct RunArgs {
     /// YAML or JSON file: the cpu, memory, image, node_selector, tolerations, gpu_tolerations,
-    /// session_drain_seconds and policy_settings the ReplicaSets should have (drift from them is reported), and the
-    /// namespace to watch. Per-project values (project, port, hostname, ssh_public_key) are
-    /// refused: every project is watched, and each Service keeps its NodePort.
+    /// session_drain_seconds and policy_settings the ReplicaSets should have (drift from them is
+    /// reported), and the namespace to watch. Per-project values (project, port, hostname,
+    /// proxy_jump, ssh_public_key) are refused: every project is watched, and each Service keeps
+    /// its NodePort.
     #[arg(long, short = 'f', value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Namespace to watch; repeat it to watch several (default: the file's, else the

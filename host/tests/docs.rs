@@ -1,19 +1,32 @@
 //! The documentation cannot drift from the code silently:
 //!
 //! - docs/reference/cli.md is exactly what `jumppod help-markdown` prints;
-//! - every `jumppod ...` and `make ...` command in a shell code block of README.md or of any
-//!   docs/**/*.md exists: the subcommand path and every flag are checked against the clap
-//!   `Command` the binary parses with, and each make target against make's own database.
+//! - every `jumppod ...` and `make ...` command of every markdown file, in a shell code block or
+//!   in inline code, exists: the subcommand path and every flag are checked against the clap
+//!   `Command` the binary parses with, and each make target against make's own database;
+//! - the synopsis of host/README.md names every flag of every command, and only those;
+//! - every chart value the documentation names (`--set` in a helm command, inline code such as
+//!   `webhook.drainSeconds`, the chart's NOTES.txt and the comments of values.yaml) is declared
+//!   by values.yaml and taken by values.schema.json.
 //!
-//! Both need the `wasm` feature (the default): without it `eval`, `webhook` and
-//! `webhook-configuration` do not exist, and the page documents them.
+//! Flags need the `wasm` feature (the default): without it `eval`, `webhook` and
+//! `webhook-configuration` do not exist, and the pages document them.
 #![cfg(feature = "wasm")]
 
+#[path = "docs/commands.rs"]
+mod commands;
+#[path = "docs/synopsis.rs"]
+mod synopsis;
+#[path = "docs/values.rs"]
+mod values;
+
 use clap::CommandFactory;
+use commands::{Make, check_jumppod, commands, inline_code, markdown_files, program, shell_lines};
 use jumppod_host::cli::Cli;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
+use values::Values;
 
 const REGENERATE: &str = "make docs-reference";
 
@@ -22,6 +35,13 @@ fn repo_root() -> PathBuf {
         .parent()
         .expect("host/ is in the repository")
         .to_path_buf()
+}
+
+fn shown(root: &Path, file: &Path) -> String {
+    file.strip_prefix(root)
+        .unwrap_or(file)
+        .display()
+        .to_string()
 }
 
 #[test]
@@ -60,23 +80,33 @@ fn the_cli_reference_is_what_the_binary_prints() {
     );
 }
 
+/// What a documentation file says, as the checks below read it: its shell command lines and
+/// inline code, each with its line.
+fn said(text: &str) -> Vec<(usize, String, bool)> {
+    let mut said: Vec<(usize, String, bool)> = shell_lines(text)
+        .into_iter()
+        .map(|(n, line)| (n, line, true))
+        .collect();
+    said.extend(
+        inline_code(text)
+            .into_iter()
+            .map(|(n, code)| (n, code, false)),
+    );
+    said
+}
+
 #[test]
 fn every_command_in_the_docs_exists() {
     let root = repo_root();
-    let mut files = vec![root.join("README.md")];
-    markdown_files(&root.join("docs"), &mut files);
+    let mut files = Vec::new();
+    markdown_files(&root, &mut files);
     let cli = built_cli();
     let mut make = Make::new(&root);
     let mut problems = Vec::new();
     let mut checked = BTreeMap::<&str, usize>::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
-        let shown = file
-            .strip_prefix(&root)
-            .unwrap_or(file)
-            .display()
-            .to_string();
-        for (line, command) in shell_lines(&text) {
+        for (line, command, _) in said(&text) {
             for words in commands(&command) {
                 let result = match program(&words) {
                     Some(("jumppod", args)) => {
@@ -90,7 +120,11 @@ fn every_command_in_the_docs_exists() {
                     _ => Ok(()),
                 };
                 if let Err(problem) = result {
-                    problems.push(format!("{shown}:{line}: {problem}\n    {}", command.trim()));
+                    problems.push(format!(
+                        "{}:{line}: {problem}\n    {}",
+                        shown(&root, file),
+                        command.trim()
+                    ));
                 }
             }
         }
@@ -102,10 +136,122 @@ fn every_command_in_the_docs_exists() {
         checked.values().sum::<usize>(),
         problems.join("\n")
     );
+    for program in ["jumppod", "make"] {
+        assert!(
+            checked.get(program).copied().unwrap_or(0) > 0,
+            "no `{program}` command found in {} markdown files: is the scanner broken?",
+            files.len()
+        );
+    }
+}
+
+#[test]
+fn the_synopsis_of_the_hosts_readme_names_every_flag_and_no_other() {
+    let readme = std::fs::read_to_string(repo_root().join("host/README.md")).unwrap();
+    let problems = synopsis::problems(&built_cli(), &readme);
     assert!(
-        checked.get("jumppod").copied().unwrap_or(0) > 0,
-        "no `jumppod` command found in a shell code block of {files:?}: is the scanner broken?"
+        problems.is_empty(),
+        "host/README.md's synopsis and the command line differ:\n{}",
+        problems.join("\n")
     );
+}
+
+#[test]
+fn every_chart_value_the_docs_name_exists() {
+    let root = repo_root();
+    let chart = root.join("charts/jumppod");
+    let values = Values::read(&chart);
+    let roots = values.roots();
+    let mut named: Vec<(String, usize, String)> = Vec::new(); // file, line, value
+    let mut files = Vec::new();
+    markdown_files(&root, &mut files);
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (line, code, shell) in said(&text) {
+            let words = commands(&code);
+            for words in &words {
+                if shell
+                    && words
+                        .first()
+                        .is_some_and(|w| w.rsplit('/').next() == Some("helm"))
+                {
+                    for key in values::set_by(words) {
+                        named.push((shown(&root, file), line, key));
+                    }
+                }
+                if !shell {
+                    for word in words {
+                        named.extend(
+                            values::named_in(word, &roots).map(|v| (shown(&root, file), line, v)),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let notes_path = chart.join("templates/NOTES.txt");
+    let notes = std::fs::read_to_string(&notes_path).unwrap();
+    let notes_shown = shown(&root, &notes_path);
+    for (line, value) in values::read_by_template(&notes) {
+        named.push((notes_shown.clone(), line, value));
+    }
+    for (n, line) in notes.lines().enumerate() {
+        for word in without_actions(line).split_whitespace() {
+            named.extend(values::named_in(word, &roots).map(|v| (notes_shown.clone(), n + 1, v)));
+        }
+    }
+    let defaults = std::fs::read_to_string(chart.join("values.yaml")).unwrap();
+    for (n, line) in defaults.lines().enumerate() {
+        if let Some((_, comment)) = line.split_once('#') {
+            for word in comment.split_whitespace() {
+                let word = word.trim_matches(['`', '(', ')', ',', ';', ':', '"']);
+                named.extend(
+                    values::named_in(word, &roots)
+                        .map(|v| ("charts/jumppod/values.yaml".to_owned(), n + 1, v)),
+                );
+            }
+        }
+    }
+    let problems: Vec<String> = named
+        .iter()
+        .filter_map(|(file, line, value)| {
+            values
+                .check(value)
+                .err()
+                .map(|problem| format!("{file}:{line}: {problem}"))
+        })
+        .collect();
+    assert!(
+        problems.is_empty(),
+        "{} chart value(s) named in the documentation do not exist ({} checked):\n{}",
+        problems.len(),
+        named.len(),
+        problems.join("\n")
+    );
+    for file in [
+        "charts/jumppod/README.md",
+        "charts/jumppod/templates/NOTES.txt",
+        "README.md",
+    ] {
+        assert!(
+            named.iter().any(|(f, _, _)| f == file),
+            "no chart value found in {file}: is the scanner broken?"
+        );
+    }
+}
+
+/// A template's line without its actions (`{{ ... }}`).
+fn without_actions(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("{{") {
+        out.push_str(&rest[..at]);
+        rest = rest[at..]
+            .find("}}")
+            .map_or("", |end| &rest[at + end + 2..]);
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The clap command as the binary has it, built: help flags, the `help` subcommand and the
@@ -114,399 +260,6 @@ fn built_cli() -> clap::Command {
     let mut cli = Cli::command();
     cli.build();
     cli
-}
-
-fn markdown_files(dir: &Path, into: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            markdown_files(&path, into);
-        } else if path.extension().is_some_and(|e| e == "md") {
-            into.push(path);
-        }
-    }
-}
-
-/// The lines of the fenced code blocks that hold shell commands (``` with no language, sh,
-/// bash, shell, zsh or console), with their 1-based line numbers. A line continued with a
-/// backslash is joined with the next. The opening fence's indentation is removed, as Markdown
-/// does: a line indented further (a diagram's) is not a command. A `$ ` prompt is removed.
-fn shell_lines(text: &str) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    let mut fence: Option<(String, usize, bool)> = None; // (marker, indent, shell?)
-    let mut pending: Option<(usize, String)> = None;
-    for (n, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        let indent = line.len() - trimmed.len();
-        let marker: String = trimmed
-            .chars()
-            .take_while(|&c| c == '`' || c == '~')
-            .collect();
-        let is_fence =
-            marker.len() >= 3 && marker.chars().all(|c| c == marker.as_bytes()[0] as char);
-        match &fence {
-            None if is_fence => {
-                let info = trimmed[marker.len()..].trim();
-                let language = info.split([' ', '{', ',']).next().unwrap_or("");
-                let shell = matches!(
-                    language,
-                    "" | "sh" | "bash" | "shell" | "zsh" | "console" | "shell-session"
-                );
-                fence = Some((marker, indent, shell));
-            }
-            None => {}
-            Some((open, _, _))
-                if is_fence
-                    && marker.starts_with(open.as_str())
-                    && trimmed[marker.len()..].trim().is_empty() =>
-            {
-                fence = None;
-                if let Some(p) = pending.take() {
-                    out.push(p);
-                }
-            }
-            Some((_, _, false)) => {}
-            Some((_, fence_indent, true)) => {
-                let strip = indent.min(*fence_indent);
-                let content = &line[strip..];
-                let (start, joined) = match pending.take() {
-                    Some((start, mut text)) => {
-                        text.push(' ');
-                        text.push_str(content.trim_start());
-                        (start, text)
-                    }
-                    // Indented further than its fence: not a command (a diagram's line).
-                    None if content.starts_with(char::is_whitespace) => continue,
-                    None => {
-                        let command = content
-                            .strip_prefix("$ ")
-                            .or_else(|| content.strip_prefix("% "))
-                            .unwrap_or(content);
-                        (n + 1, command.to_owned())
-                    }
-                };
-                match joined.strip_suffix('\\') {
-                    Some(head) => pending = Some((start, head.trim_end().to_owned())),
-                    None => out.push((start, joined)),
-                }
-            }
-        }
-    }
-    if let Some(p) = pending {
-        out.push(p);
-    }
-    out
-}
-
-/// The simple commands of a shell line, as words: split at `|`, `||`, `&&`, `;` and `&`, quotes
-/// removed, a `#` comment dropped. `$(...)` and `` `...` `` stay inside their word.
-fn commands(line: &str) -> Vec<Vec<String>> {
-    let mut commands = Vec::new();
-    let mut words: Vec<String> = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars().peekable();
-    let finish = |word: &mut String, in_word: &mut bool, words: &mut Vec<String>| {
-        if *in_word {
-            words.push(std::mem::take(word));
-            *in_word = false;
-        }
-    };
-    while let Some(c) = chars.next() {
-        match c {
-            ' ' | '\t' => finish(&mut word, &mut in_word, &mut words),
-            '#' if !in_word => break,
-            '|' | ';' | '&' if !(c == '&' && word.ends_with('>')) => {
-                finish(&mut word, &mut in_word, &mut words);
-                if matches!(chars.peek(), Some('|' | '&')) {
-                    chars.next();
-                }
-                commands.push(std::mem::take(&mut words));
-            }
-            '\'' => {
-                in_word = true;
-                for c in chars.by_ref() {
-                    if c == '\'' {
-                        break;
-                    }
-                    word.push(c);
-                }
-            }
-            '"' => {
-                in_word = true;
-                while let Some(c) = chars.next() {
-                    match c {
-                        '"' => break,
-                        '\\' => {
-                            if let Some(c) = chars.next() {
-                                word.push(c);
-                            }
-                        }
-                        c => word.push(c),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                if let Some(c) = chars.next() {
-                    word.push(c);
-                }
-            }
-            '$' if chars.peek() == Some(&'(') => {
-                // A command substitution is one word (or part of one) whatever it holds.
-                in_word = true;
-                word.push(c);
-                let mut depth = 0;
-                for c in chars.by_ref() {
-                    word.push(c);
-                    match c {
-                        '(' => depth += 1,
-                        ')' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            '`' => {
-                in_word = true;
-                word.push(c);
-                for c in chars.by_ref() {
-                    word.push(c);
-                    if c == '`' {
-                        break;
-                    }
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    finish(&mut word, &mut in_word, &mut words);
-    commands.push(words);
-    commands.retain(|c| !c.is_empty());
-    commands
-}
-
-/// The program a command runs and its arguments, past `VAR=value` assignments and `sudo`:
-/// `jumppod` (also as a path, `./target/debug/jumppod`) or `make`.
-fn program(words: &[String]) -> Option<(&'static str, &[String])> {
-    let mut rest = words;
-    while let Some((first, tail)) = rest.split_first() {
-        let assignment = first.split_once('=').is_some_and(|(name, _)| {
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        });
-        if assignment || first == "sudo" || (first.starts_with('-') && words[0] == "sudo") {
-            rest = tail;
-            continue;
-        }
-        return match first.rsplit('/').next() {
-            Some("jumppod") => Some(("jumppod", tail)),
-            Some("make") => Some(("make", tail)),
-            _ => None,
-        };
-    }
-    None
-}
-
-/// A word that stands for something the reader fills in: `<NAME>`, `[OPTIONS]`, `{a,b}`,
-/// `...`, or a name in capitals (`COMMAND`, `SHELL`).
-fn placeholder(word: &str) -> bool {
-    word.starts_with(['<', '[', '{'])
-        || word.trim_end_matches('.').is_empty()
-        || word == "…"
-        || (word.chars().any(|c| c.is_ascii_uppercase())
-            && word
-                .chars()
-                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || "_-|.".contains(c)))
-}
-
-/// Checks `jumppod ARGS`: each word where a subcommand is expected names one (or is a
-/// placeholder, after which nothing is checked), and every flag is an argument of the command
-/// reached so far (the global ones included). Values and positional arguments are not checked.
-fn check_jumppod(cli: &clap::Command, args: &[String]) -> Result<(), String> {
-    let mut cmd = cli;
-    let mut path = vec![cli.get_name().to_owned()];
-    let mut words = args.iter().peekable();
-    while let Some(word) = words.next() {
-        let word = word.as_str();
-        if word == "--" {
-            break;
-        }
-        // An optional flag written in brackets, `[--flag]` or `[-o json]`, is still a flag.
-        let flag = word.trim_start_matches('[').trim_end_matches(']');
-        if let Some(long) = flag.strip_prefix("--").filter(|l| !l.is_empty()) {
-            let (name, inline) = match long.split_once('=') {
-                Some((name, _)) => (name, true),
-                None => (long, false),
-            };
-            let arg = cmd
-                .get_arguments()
-                .find(|a| {
-                    a.get_long() == Some(name)
-                        || a.get_all_aliases().unwrap_or_default().contains(&name)
-                })
-                .ok_or_else(|| format!("`{}` has no flag --{name}", path.join(" ")))?;
-            if !inline && needs_value(arg) {
-                words.next();
-            }
-        } else if flag.len() > 1
-            && flag.starts_with('-')
-            && !flag[1..].starts_with(|c: char| c.is_ascii_digit())
-        {
-            let shorts: Vec<char> = flag[1..].chars().collect();
-            for (i, &c) in shorts.iter().enumerate() {
-                let arg = cmd
-                    .get_arguments()
-                    .find(|a| {
-                        a.get_short() == Some(c)
-                            || a.get_all_short_aliases().unwrap_or_default().contains(&c)
-                    })
-                    .ok_or_else(|| format!("`{}` has no flag -{c}", path.join(" ")))?;
-                if arg.get_action().takes_values() {
-                    // The rest of the word is its value, or the next word is.
-                    if i + 1 == shorts.len() && needs_value(arg) {
-                        words.next();
-                    }
-                    break;
-                }
-            }
-        } else if cmd.has_subcommands() {
-            if placeholder(word) {
-                return Ok(());
-            }
-            cmd = cmd
-                .find_subcommand(word)
-                .ok_or_else(|| format!("`{}` has no subcommand {word}", path.join(" ")))?;
-            path.push(cmd.get_name().to_owned());
-        }
-        // Else a positional argument or a flag's value: not checked.
-    }
-    Ok(())
-}
-
-fn needs_value(arg: &clap::Arg) -> bool {
-    arg.get_action().takes_values() && arg.get_num_args().is_none_or(|n| n.min_values() > 0)
-}
-
-/// Each make target named must be a target of the Makefile, read from make's own database
-/// (`make -pq`), once per directory and variables. Not `make -n TARGET`: make runs the lines
-/// of a recipe that call `$(MAKE)` even then, and `make test`'s do (its stages).
-struct Make {
-    root: PathBuf,
-    seen: BTreeMap<Vec<String>, Result<BTreeSet<String>, String>>,
-}
-
-impl Make {
-    fn new(root: &Path) -> Self {
-        Make {
-            root: root.to_path_buf(),
-            seen: BTreeMap::new(),
-        }
-    }
-
-    /// Checks `make ARGS`: each target (the default goal when none is named) is one of the
-    /// Makefile's in `-C DIR` (relative to the repository's root) with those variables.
-    fn check(&mut self, args: &[String]) -> Result<(), String> {
-        let mut dir = self.root.clone();
-        let mut assignments = Vec::new();
-        let mut targets = Vec::new();
-        let mut words = args.iter().peekable();
-        while let Some(word) = words.next() {
-            let word = word.as_str();
-            if let Some(d) = word
-                .strip_prefix("--directory=")
-                .or_else(|| word.strip_prefix("-C").filter(|d| !d.is_empty()))
-            {
-                dir = self.root.join(d);
-            } else if word == "-C" {
-                dir = self
-                    .root
-                    .join(words.next().map(String::as_str).unwrap_or("."));
-            } else if matches!(word, "-f" | "-I" | "-o" | "-W") {
-                words.next();
-            } else if matches!(word, "-j" | "-l") {
-                words.next_if(|w| w.parse::<f64>().is_ok());
-            } else if word.starts_with('-') || placeholder(word) {
-            } else if word.contains('=') {
-                assignments.push(word.to_owned());
-            } else {
-                targets.push(word.to_owned());
-            }
-        }
-        let mut key = vec![dir.display().to_string()];
-        key.extend(assignments.iter().cloned());
-        let known = self
-            .seen
-            .entry(key)
-            .or_insert_with(|| targets_of(&dir, &assignments))
-            .clone()?;
-        for target in &targets {
-            if !known.contains(target) {
-                return Err(format!(
-                    "`make {target}`: no such target in {}",
-                    dir.join("Makefile").display()
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The targets make knows in `dir` with `assignments` (its database, `make -pq`, asked for a
-/// goal that does not exist so that nothing is made).
-fn targets_of(dir: &Path, assignments: &[String]) -> Result<BTreeSet<String>, String> {
-    let out = Command::new("make")
-        .arg("-pq")
-        .arg("-C")
-        .arg(dir)
-        .args(assignments)
-        .arg(".jumppod-docs-no-such-goal")
-        // Not the flags or jobserver of a make this test may run under.
-        .env_remove("MAKEFLAGS")
-        .env_remove("MFLAGS")
-        .env_remove("MAKELEVEL")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run make: {e}"))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !stderr.contains("No rule to make target '.jumppod-docs-no-such-goal'") {
-        return Err(format!(
-            "make cannot read the Makefile in {}: {}",
-            dir.display(),
-            stderr.trim()
-        ));
-    }
-    let mut targets = BTreeSet::new();
-    // A rule's line `a b: prerequisites`; one right after "# Not a target:" is a file make
-    // only looked at.
-    let mut not_a_target = false;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if line == "# Not a target:" {
-            not_a_target = true;
-            continue;
-        }
-        if let Some((head, rest)) = line.split_once(':')
-            && !not_a_target
-            && !head.is_empty()
-            && !line.starts_with(['#', '\t', ' '])
-            && !head.contains('=')
-            && !rest.starts_with('=')
-        {
-            targets.extend(head.split_whitespace().map(str::to_owned));
-        }
-        not_a_target = false;
-    }
-    Ok(targets)
 }
 
 // The checker itself: that it finds what it must, and only that.
@@ -622,5 +375,103 @@ fn a_missing_make_target_fails_and_an_existing_one_passes() {
             .as_ref()
             .is_err_and(|e| e.contains("no-such-target-here")),
         "{missing:?}"
+    );
+}
+
+#[test]
+fn inline_code_is_found_across_a_line_break_and_not_in_fences() {
+    let doc = "\
+Run `jumppod status
+-n dstack` and ``make `demo` `` here.
+```sh
+`jumppod nope`
+```
+An unclosed ` tick.
+
+Then `make test`.
+";
+    assert_eq!(
+        inline_code(doc),
+        [
+            (1, "jumppod status -n dstack".to_owned()),
+            (2, "make `demo`".to_owned()),
+            (8, "make test".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn a_synopsis_missing_a_flag_or_naming_a_wrong_one_is_refused() {
+    let cli = built_cli();
+    let readme = std::fs::read_to_string(repo_root().join("host/README.md")).unwrap();
+    assert_eq!(synopsis::problems(&cli, &readme), Vec::<String>::new());
+    let without = readme.replacen(" [--drain-delay D]", "", 1);
+    assert_ne!(without, readme, "the synopsis names --drain-delay");
+    let problems = synopsis::problems(&cli, &without);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.ends_with("`jumppod webhook` takes --drain-delay, not in the synopsis")),
+        "{problems:?}"
+    );
+    let wrong = readme.replacen("[--drain-delay D]", "[--drain-dealy D]", 1);
+    let problems = synopsis::problems(&cli, &wrong);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.ends_with("`jumppod webhook` has no flag --drain-dealy")),
+        "{problems:?}"
+    );
+    let no_man = readme.replacen("jumppod [GLOBAL] man [--out-dir DIR]\n", "", 1);
+    assert!(
+        synopsis::problems(&cli, &no_man).contains(&"no entry for `jumppod man`".to_owned()),
+        "a command left out"
+    );
+}
+
+#[test]
+fn a_value_is_one_that_values_yaml_declares_and_the_schema_takes() {
+    let values = Values::read(&repo_root().join("charts/jumppod"));
+    for good in [
+        "image.repository",
+        "webhook.tls.caBundle",
+        "controller.config.session_drain_seconds",
+        "imagePullSecrets[0].name",
+        "webhook.certManager.issuerRef.name",
+    ] {
+        assert_eq!(values.check(good), Ok(()), "{good}");
+    }
+    for (bad, why) in [
+        ("image.repo", "values.schema.json refuses it"),
+        ("webhook.drainSecond", "values.schema.json refuses it"),
+        ("controller.config.project", "values.schema.json refuses it"),
+        ("nosuch", "values.schema.json refuses it"),
+    ] {
+        let problem = values.check(bad).expect_err(bad);
+        assert!(problem.contains(why), "{bad}: {problem}");
+    }
+    let words =
+        commands("helm install j c --set a.b=1,c=2 --set-json 'd={\"x\":1,\"y\":2}' --set=e=3")
+            .remove(0);
+    assert_eq!(values::set_by(&words), ["a.b", "c", "d", "e"]);
+    let roots = values.roots();
+    assert_eq!(
+        values::named_in("webhook.enabled=true", &roots).as_deref(),
+        Some("webhook.enabled")
+    );
+    assert_eq!(
+        values::named_in("controller.kubernetes.io/pod-deletion-cost", &roots),
+        None
+    );
+    assert_eq!(values::named_in("policy.wasm", &roots), None);
+    assert_eq!(values::named_in("controller.rs", &roots), None);
+    assert_eq!(
+        values::read_by_template(
+            "{{ if .Values.webhook.enabled }}{{ .Values.image.tag }}{{ .Values._computed.x }}"
+        ),
+        [
+            (1, "webhook.enabled".to_owned()),
+            (1, "image.tag".to_owned())
+        ]
     );
 }

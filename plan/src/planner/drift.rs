@@ -178,14 +178,31 @@ pub fn drift(config: &Config, desired: &Desired, rs: &ReplicaSet) -> Option<Find
         return None;
     }
     commands.push(format!(
-        "kubectl -n {ns} delete pod -l {}={name}   # the ReplicaSet recreates the pod from the new template; SSH sessions through it drop",
-        schema::INSTANCE_LABEL
+        "kubectl -n {ns} delete pod -l {}={name}   # the ReplicaSet recreates the pod from the new template; {}",
+        schema::INSTANCE_LABEL,
+        old_pod_ending(&found_spec, found_c, wanted_c)
     ));
     Some(Finding::Drift {
         replicaset: name.to_owned(),
         differences,
         commands,
     })
+}
+
+/// What a deleted pod of this template does with its SSH sessions: a pod started by the current
+/// script hands over, then keeps its sessions until its grace period ends; one started by an
+/// older script (sshd as PID 1) drops them at once.
+fn old_pod_ending(found: &PodSpec, found_c: &Container, wanted_c: &Container) -> String {
+    if found_c.command != wanted_c.command {
+        return "SSH sessions through the old pod drop".into();
+    }
+    // The API server defaults an unset grace period to 30.
+    let grace = found.termination_grace_period_seconds.unwrap_or(30);
+    let handover = i64::from(manifest::HANDOVER_SECONDS);
+    format!(
+        "the old pod accepts for {handover} s more, and SSH sessions through it last at most {} s after that",
+        (grace - handover).max(0)
+    )
 }
 
 /// What keeps the users' keys from reaching the pod, or None: the Secret's volume, its mount or
@@ -319,6 +336,53 @@ mod tests {
                 .unwrap()
                 .contains("delete pod -l app.kubernetes.io/instance=")
         );
+    }
+
+    /// The delete command says what happens to the old pod's SSH sessions: the template's pods
+    /// hand over and keep them for their session drain, unless their start script is older.
+    #[rstest]
+    #[case::a_current_script_keeps_the_sessions_for_its_drain(
+        "cpu: 250m",
+        false,
+        "the old pod accepts for 20 s more, and SSH sessions through it last at most 300 s after that"
+    )]
+    #[case::a_shorter_drain_is_the_templates_own(
+        "session_drain_seconds: 60",
+        false,
+        "the old pod accepts for 20 s more, and SSH sessions through it last at most 300 s after that"
+    )]
+    #[case::an_older_script_drops_the_sessions(
+        "cpu: 250m",
+        true,
+        "SSH sessions through the old pod drop"
+    )]
+    fn the_delete_command_says_what_the_old_pods_sessions_do(
+        #[case] yaml: &str,
+        #[case] older_script: bool,
+        #[case] ending: &str,
+    ) {
+        let c = config_with(yaml);
+        let mut found = rs(1);
+        if older_script {
+            let template = found.spec.as_mut().unwrap().template.as_mut().unwrap();
+            let spec = template.spec.as_mut().unwrap();
+            spec.containers[0].command =
+                Some(vec!["/bin/sh".into(), "-c".into(), "exec sshd -D".into()]);
+        }
+        let plan = plan(
+            &c,
+            &Desired::from_config(&c),
+            &Observed {
+                replicaset: Some(found),
+                ..steady()
+            },
+        );
+        let Some(Finding::Drift { commands, .. }) = plan.findings.first() else {
+            panic!("{:?}", plan.findings)
+        };
+        let delete = commands.last().unwrap();
+        assert!(delete.contains("delete pod -l"), "{delete}");
+        assert!(delete.ends_with(ending), "{delete}");
     }
 
     #[test]
