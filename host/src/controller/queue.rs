@@ -111,7 +111,8 @@ pub(super) struct Pace {
     pub(super) max_backoff: Duration,
 }
 
-/// Runs reconciles from the triggers until the channel closes (or the task is aborted).
+/// Runs reconciles from the triggers until the channel closes (or the task is aborted); none
+/// starts while a watch lists ([`super::synced`]): the triggers queue meanwhile.
 pub(super) async fn work(
     ctx: Arc<Context>,
     options: Pace,
@@ -121,8 +122,10 @@ pub(super) async fn work(
     let mut queue: Queue<Memory> = Queue::default();
     let mut projects = Projects::default();
     let mut tasks: JoinSet<(ProjectKey, Memory, Result<Option<State>, HostError>)> = JoinSet::new();
+    let mut lists = ctx.caches.synced.subscribe();
     loop {
-        while let Some((key, mem)) = queue.start(options.concurrency) {
+        let synced = lists.borrow_and_update().synced();
+        while let Some((key, mem)) = synced.then(|| queue.start(options.concurrency)).flatten() {
             let ctx = ctx.clone();
             tasks.spawn(async move {
                 let (mem, result) = reconcile(&ctx, &key, mem).await;
@@ -130,6 +133,7 @@ pub(super) async fn work(
             });
         }
         tokio::select! {
+            changed = lists.changed() => if changed.is_err() { return },
             trigger = rx.recv() => {
                 let Some(trigger) = trigger else { return };
                 match trigger {
