@@ -1327,3 +1327,74 @@ async fn a_controller_restarted_mid_surge_decides_nothing_until_it_has_listed_ev
     remove_played_nodes(&kube, ns).await;
     done(&kube, ns).await;
 }
+
+/// The surge's writes carry the resourceVersion of what they were decided on: a `kubectl
+/// scale` between the decision and its write makes the API server refuse the write (409
+/// Conflict), nothing after it is sent, and the operator's count stays. (The controller then
+/// decides again on the change it was told of, and keeps that count: see `plan/src/surge.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surge_decided_before_an_operators_scale_is_refused_and_their_count_stays() {
+    use jumppod_host::apply::{ActionOutcome, apply};
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::core::v1::Pod;
+    let kube = admin().await;
+    let ns = "ctl-stale-scale";
+    namespace(&kube, ns).await;
+    let config = config_for(ns, "main", SMALL);
+    jumppod_host::ensure(&kube, &config, &jumppod_host::Gate::native())
+        .await
+        .unwrap();
+    let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let pod = wait_for("the jump pod Ready", || async {
+        let list = pods.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(jumppod_plan::objects::is_ready)
+    })
+    .await;
+    let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+    let rs = wait_for("the ReplicaSet's status to settle", || async {
+        let rs = sets.get(&config.name).await.ok()?;
+        (rs.status.as_ref()?.ready_replicas == Some(1)).then_some(rs)
+    })
+    .await;
+    // Decided as if the pod's node were cordoned: mark it, surge to two.
+    let leaving =
+        std::collections::BTreeMap::from([(node, "is cordoned (spec.unschedulable)".to_owned())]);
+    let actions = jumppod_plan::surge::decide(&rs, std::slice::from_ref(&pod), &leaving);
+    assert_eq!(actions.len(), 2, "{actions:?}");
+
+    let scaled = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(admin_kubeconfig())
+        .args([
+            "-n",
+            ns,
+            "scale",
+            "replicaset",
+            &config.name,
+            "--replicas=3",
+        ])
+        .output()
+        .expect("kubectl");
+    assert!(
+        scaled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&scaled.stderr)
+    );
+    let applied = apply(&kube, ns, &actions).await.unwrap();
+    let outcomes: Vec<ActionOutcome> = applied.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [ActionOutcome::Done, ActionOutcome::Stale],
+        "the pod's mark is written, the ReplicaSet's scale refused"
+    );
+    let rs = sets.get(&config.name).await.unwrap();
+    assert_eq!(rs.spec.unwrap().replicas, Some(3), "the operator's count");
+    assert!(
+        !rs.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION)
+    );
+    done(&kube, ns).await;
+}
