@@ -1230,11 +1230,7 @@ async fn a_controller_restarted_mid_surge_decides_nothing_until_it_has_listed_ev
     // Mid-surge: the ReplicaSet at two, the replacement unscheduled, the surge's Event written.
     let replacement = wait_for("the surge, its replacement unscheduled", || async {
         let rs = sets.get(&config.name).await.ok()?;
-        let surged = rs
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION);
+        let surged = jumppod_testkit::run::surge_recorded(&rs);
         let list = pods.list(&of_main).await.ok()?;
         let waiting = list.items.into_iter().find(|p| {
             p.metadata.name.as_deref() != Some(&first_name)
@@ -1299,11 +1295,7 @@ async fn a_controller_restarted_mid_surge_decides_nothing_until_it_has_listed_ev
         "the ReplicaSet back at one and the retiring pod deleted",
         || async {
             let rs = sets.get(&config.name).await.ok()?;
-            let recorded = rs
-                .metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION);
+            let recorded = jumppod_testkit::run::surge_recorded(&rs);
             let old = pods.get_opt(&first_name).await.ok()?;
             let old_going = old.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
             (!recorded && rs.spec?.replicas == Some(1) && old_going).then_some(())

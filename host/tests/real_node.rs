@@ -15,6 +15,7 @@ use futures::StreamExt;
 use jumppod_host::api::Kube;
 use jumppod_host::{Gate, resolve};
 use jumppod_plan::config::{Config, RawConfig};
+use jumppod_plan::manifest::HANDOVER_SECONDS as HANDOVER;
 use jumppod_testkit::cluster::{
     CleanUp, admin, cluster_dir, namespace, policy_webhook_for, typed, wait_for_up_to,
 };
@@ -50,6 +51,8 @@ struct RealNodes {
     label: (String, String),
     taint_key: String,
     sshd_image: String,
+    /// Each node's name and address on the harness's bridge, where its NodePorts answer too.
+    addresses: Vec<(String, String)>,
 }
 
 /// What every scenario starts with, in this order: its hold on the nodes (shared, or alone for
@@ -129,10 +132,31 @@ fn real_nodes() -> RealNodes {
         .expect("real_nodes.label is key=value");
     let taint = text("taint");
     let taint_key = taint.split('=').next().unwrap_or_default().to_owned();
+    let addresses = real["nodes"]
+        .as_array()
+        .expect("ready.json: real_nodes.nodes")
+        .iter()
+        .map(|n| {
+            let field = |f: &str| n[f].as_str().expect("a node's name and ip").to_owned();
+            (field("name"), field("ip"))
+        })
+        .collect();
     RealNodes {
         label: (key, value),
         taint_key,
         sshd_image: text("sshd_image"),
+        addresses,
+    }
+}
+
+impl RealNodes {
+    /// The address of a real node other than `node`, where its NodePorts answer.
+    fn other_than(&self, node: &str) -> &str {
+        self.addresses
+            .iter()
+            .find(|(name, _)| name != node)
+            .map(|(_, ip)| ip.as_str())
+            .expect("a second real node")
     }
 }
 
@@ -362,8 +386,13 @@ fn ssh_command(key: &Path, host: &str, port: i32, command: &str) -> tokio::proce
 /// Runs `command` over SSH as root at 127.0.0.1:`port` with `key`, accepting any host key;
 /// its output, or why it failed.
 async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
+    ssh_at(key, "127.0.0.1", port, command).await
+}
+
+/// [`ssh`] at `host`.
+async fn ssh_at(key: &Path, host: &str, port: i32, command: &str) -> Result<String, String> {
     outcome(
-        ssh_command(key, "127.0.0.1", port, command),
+        ssh_command(key, host, port, command),
         Duration::from_secs(20),
     )
     .await
@@ -1439,29 +1468,51 @@ impl Drop for Restore {
     }
 }
 
-/// A new SSH connection through the NodePort every 200 ms, until [`Probes::none_failed`]: the
-/// outcome of each (the hostname that answered, or why none did), as they come.
+/// Which of the addresses a connection went to, when it began (since the probes started), and
+/// what came of it.
+type Outcome = (usize, Duration, Result<String, String>);
+
+/// A new SSH connection through the NodePort every 200 ms, until [`Probes::none_failed`],
+/// to each of its addresses in turn: the outcome of each (the hostname that answered, or why
+/// none did), as they come. One connection per 200 ms whatever the addresses: twice that rate
+/// met resets in the key exchange ("Connection reset by peer"), what sshd answers past its
+/// MaxStartups (10 unauthenticated connections at once), in a pod of 500m of cpu.
 struct Probes {
+    /// Where they connect: 127.0.0.1, a node's address.
+    hosts: Vec<String>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    outcomes: std::sync::Arc<std::sync::Mutex<Vec<Result<String, String>>>>,
+    outcomes: std::sync::Arc<std::sync::Mutex<Vec<Outcome>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Probes {
     fn start(key: &Path, port: i32) -> Probes {
+        Probes::start_on(key, &["127.0.0.1"], port)
+    }
+
+    /// Through the NodePort at each of `hosts` in turn.
+    fn start_on(key: &Path, hosts: &[&str], port: i32) -> Probes {
         let key = key.to_owned();
+        let targets: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let outcomes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (stopped, recorded) = (stop.clone(), outcomes.clone());
+        let hosts = targets.clone();
         let task = tokio::spawn(async move {
+            let began = Instant::now();
             let mut attempts = Vec::new();
             let mut tick = tokio::time::interval(Duration::from_millis(200));
-            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            for turn in (0..targets.len()).cycle() {
+                if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
                 tick.tick().await;
-                let (key, recorded) = (key.clone(), recorded.clone());
+                let (key, target, recorded) =
+                    (key.clone(), targets[turn].clone(), recorded.clone());
+                let at = began.elapsed();
                 attempts.push(tokio::spawn(async move {
-                    let outcome = ssh(&key, port, "hostname").await;
-                    recorded.lock().unwrap().push(outcome);
+                    let outcome = ssh_at(&key, &target, port, "hostname").await;
+                    recorded.lock().unwrap().push((turn, at, outcome));
                 }));
             }
             for attempt in attempts {
@@ -1469,55 +1520,77 @@ impl Probes {
             }
         });
         Probes {
+            hosts,
             stop,
             outcomes,
             task,
         }
     }
 
-    /// How many connections `pod` answered so far.
-    fn answered(&self, pod: &str) -> usize {
+    /// How many connections `pod` answered so far, through each address.
+    fn answered_on(&self, pod: &str) -> Vec<usize> {
         let outcomes = self.outcomes.lock().unwrap();
-        outcomes
-            .iter()
-            .filter(|o| o.as_ref().is_ok_and(|h| h == pod))
-            .count()
+        (0..self.hosts.len())
+            .map(|host| {
+                outcomes
+                    .iter()
+                    .filter(|(h, _, o)| *h == host && o.as_ref().is_ok_and(|name| name == pod))
+                    .count()
+            })
+            .collect()
     }
 
-    /// Waits (bounded) until `pod` has answered a few more connections than now.
+    /// Waits (bounded) until `pod` has answered a few more connections than now through each
+    /// address.
     async fn answering(&self, pod: &str) {
-        let before = self.answered(pod);
+        let before = self.answered_on(pod);
         wait_for_up_to(
             &format!("{pod} to answer new connections"),
             Duration::from_secs(30),
-            || async { (self.answered(pod) >= before + 3).then_some(()) },
+            || async {
+                let now = self.answered_on(pod);
+                now.iter()
+                    .zip(&before)
+                    .all(|(n, b)| *n >= b + 3)
+                    .then_some(())
+            },
         )
         .await;
     }
 
-    /// Stops them; every connection must have been answered, some by `second`. Prints how
-    /// many each pod answered.
+    /// Stops them; every connection must have been answered, some by `second` through each
+    /// address. Prints how many each pod answered through each.
     async fn none_failed(mut self, first: &str, second: &str) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         (&mut self.task).await.unwrap();
-        let answered = |pod: &str| self.answered(pod);
         let outcomes = self.outcomes.lock().unwrap().clone();
-        let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
-        eprintln!(
-            "new connections every 200 ms: {} made, {} failed; {} answered by {first}, {} by {second}",
-            outcomes.len(),
-            failed.len(),
-            answered(first),
-            answered(second)
-        );
+        let (by_first, by_second) = (self.answered_on(first), self.answered_on(second));
+        let mut failed = Vec::new();
+        for (i, host) in self.hosts.iter().enumerate() {
+            let made = outcomes.iter().filter(|(h, _, _)| *h == i).count();
+            let errors: Vec<String> = outcomes
+                .iter()
+                .filter(|(h, _, _)| *h == i)
+                .filter_map(|(_, at, o)| o.as_ref().err().map(|e| format!("at {at:.1?}: {e}")))
+                .collect();
+            eprintln!(
+                "new connections through {host}: {made} made, {} failed; {} answered by {first}, {} by {second}",
+                errors.len(),
+                by_first[i],
+                by_second[i]
+            );
+            failed.extend(errors.into_iter().map(|e| format!("{host}: {e}")));
+        }
         assert!(
             failed.is_empty(),
             "refused or failed connections: {failed:?}"
         );
-        assert!(
-            answered(second) > 0,
-            "no connection reached the replacement"
-        );
+        for (i, host) in self.hosts.iter().enumerate() {
+            assert!(
+                by_second[i] > 0,
+                "no connection through {host} reached the replacement"
+            );
+        }
     }
 }
 
@@ -1611,6 +1684,10 @@ enum GoingAway {
     /// Not the node: a new template (700m of cpu) applied to the ReplicaSet, and the pod
     /// marked retiring by hand, as the operator's docs roll it.
     Roll,
+    /// `kubectl drain` at once (it cordons and evicts in the same second, as the cluster
+    /// autoscaler evicts right after its taint): the eviction races the surge, and each may
+    /// make a replacement.
+    Drain,
 }
 
 /// Issue 34 §1 and §3, make-before-break by the controller: `jumppod run` watches the nodes;
@@ -1619,13 +1696,16 @@ enum GoingAway {
 /// ReplicaSet goes back to one, and the ReplicaSet controller removes the retiring pod (its
 /// deletion cost is the lowest). A new connection every 200 ms is never refused, the open
 /// session outlives the old pod's termination by the handover and the session drain, and a
-/// `kubectl drain` afterwards has nothing left to wait for but that termination.
+/// `kubectl drain` afterwards has nothing left to wait for but that termination. Prints how
+/// long the replacement took to be Ready.
 async fn surge_scenario(ns: &'static str, how: GoingAway) {
     // A node going away leaves the other scenarios one node: it runs alone. The roll touches
     // no node, and its Guaranteed pods are never the ones memory pressure evicts.
     let scenario = match how {
         GoingAway::Roll => Scenario::shared(ns).await,
-        GoingAway::Cordon | GoingAway::AutoscalerTaint => Scenario::alone(ns).await,
+        GoingAway::Cordon | GoingAway::AutoscalerTaint | GoingAway::Drain => {
+            Scenario::alone(ns).await
+        }
     };
     let Scenario { kube, key, dir, .. } = &scenario;
     let (config, text) = disruption_config(&scenario);
@@ -1656,10 +1736,16 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
 
     let mut session = Session::open(key, "127.0.0.1", port);
     session.still_open_after(0, "once opened").await;
-    let probes = Probes::start(key, port);
+    // For the drain, through the other node too, as a client outside the cluster reaches it.
+    let hosts = match how {
+        GoingAway::Drain => vec!["127.0.0.1", scenario.nodes.other_than(&node)],
+        _ => vec!["127.0.0.1"],
+    };
+    let probes = Probes::start_on(key, &hosts, port);
     probes.answering(&first).await;
 
     let started = Instant::now();
+    let started_at = k8s_openapi::jiff::Timestamp::now();
     let ok = |out: std::process::Output| {
         assert!(
             out.status.success(),
@@ -1701,6 +1787,12 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
             ok(kubectl(&["-n", ns, "annotate", "pod", &first, mark]).await);
             None
         }
+        GoingAway::Drain => {
+            let restore = Restore(vec!["uncordon".into(), node.clone()]);
+            let drained = drain(&node, &config).await;
+            eprintln!("kubectl drain of {node} with the controller took {drained:?}");
+            Some(restore)
+        }
     };
 
     // The old pod is deleted by the ReplicaSet once its replacement is Ready elsewhere.
@@ -1713,25 +1805,26 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
     })
     .await;
     eprintln!(
-        "{how:?}: the controller replaced {first} in {:?}; controller log:\n{}",
+        "{how:?}: {first} deleted within {:?}; controller log:\n{}",
         started.elapsed(),
         controller.log()
     );
-    let rs: k8s_openapi::api::apps::v1::ReplicaSet = Api::namespaced(kube.client.clone(), ns)
-        .get(&config.name)
-        .await
-        .unwrap();
-    assert_eq!(
-        rs.spec.as_ref().and_then(|s| s.replicas),
-        Some(1),
-        "back to one replica"
-    );
-    let annotations = rs.metadata.annotations.unwrap_or_default();
-    assert!(
-        !annotations.contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION),
-        "the surge's record is removed: {annotations:?}"
-    );
-    let deleted_at = Instant::now();
+    // The drain's eviction deleted it at the start; the surge ends once a replacement is Ready.
+    let deleted_at = match how {
+        GoingAway::Drain => started,
+        _ => Instant::now(),
+    };
+    let sets = Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(kube.client.clone(), ns);
+    wait_for_up_to(
+        "the ReplicaSet back at one, its record removed",
+        POD_UP,
+        || async {
+            let rs = sets.get(&config.name).await.ok()?;
+            let recorded = jumppod_testkit::run::surge_recorded(&rs);
+            (!recorded && rs.spec?.replicas == Some(1)).then_some(())
+        },
+    )
+    .await;
 
     if let GoingAway::Cordon = how {
         // The drain that follows has only the old pod's termination to wait for.
@@ -1750,6 +1843,22 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
     let (second, second_port) = reached(kube, &config, key, Some(&first)).await;
     assert_eq!(second_port, port, "the NodePort changed");
     let replacement = pods_api.get(&second).await.unwrap();
+    let ready_at = condition(&replacement, "Ready").and_then(|c| c.last_transition_time);
+    let made: Vec<String> = pods_api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.name.as_deref() != Some(&first))
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    eprintln!(
+        "{how:?}: {second} Ready {} s after it began; pods made meanwhile and left: {made:?}",
+        ready_at.map_or("?".to_owned(), |t| (t.0.as_second()
+            - started_at.as_second())
+        .to_string())
+    );
     if let GoingAway::Roll = how {
         let cpu = replacement.spec.as_ref().unwrap().containers[0]
             .resources
@@ -1786,4 +1895,168 @@ async fn a_cordoned_node_has_its_jump_pod_replaced_by_the_controller_before_the_
 #[tokio::test]
 async fn the_cluster_autoscalers_taint_has_the_jump_pod_replaced_like_a_cordon() {
     surge_scenario("real-node-autoscaler", GoingAway::AutoscalerTaint).await;
+}
+
+/// A drain that evicts at once with the controller running: the eviction and the surge race,
+/// and each may make a replacement. None of the new connections through the NodePort, on
+/// 127.0.0.1 and on the other node's address, is refused; the ReplicaSet ends at one.
+#[tokio::test]
+async fn a_drain_that_evicts_at_once_with_the_controller_refuses_no_connection_on_either_address() {
+    surge_scenario("real-node-drain-now", GoingAway::Drain).await;
+}
+
+/// What the handover test's pod logs when it is stopped (plan/src/manifest.rs `SSHD_SCRIPT`).
+const TERMINATING: [&str; 2] = [
+    "jumppod: terminating: accepting for 20 s more, then sessions only",
+    "jumppod: terminating: no session left",
+];
+
+/// The start script's handover as the real kubelet stops the pod, deleted with a session open
+/// on it and a connection that never logs in held to its sshd (as a scanner on a public
+/// NodePort holds one): sshd keeps accepting for the handover and stops at its end (the
+/// handover ± 3 s); the pod's Ready condition turns False after that (its TCP probe: every
+/// 2 s, three failures); the pod logs its termination; and once the session ends (the test
+/// ends it when the pod is Ready False) the pod ends within a few seconds, waiting neither for
+/// the stranger nor for its grace period (the handover and 60 s of session drain). With no
+/// session at all it ends within a second of the handover, before its probe can fail three
+/// times (its endpoint then goes with it), so the session is what lets the test see the
+/// probe fail. A pod that ignored SIGTERM would accept until the kubelet's SIGKILL.
+#[tokio::test]
+async fn a_stopped_jump_pod_accepts_for_the_handover_then_ends_without_waiting_for_a_stranger() {
+    const DRAIN: u64 = 60;
+    let scenario = Scenario::shared("real-node-handover").await;
+    let Scenario { kube, ns, key, .. } = &scenario;
+    let text = format!(
+        "{}session_drain_seconds: {DRAIN}\n",
+        config_text(
+            ns,
+            &scenario.nodes,
+            &Placement::real(&scenario.nodes),
+            &scenario.public
+        )
+    );
+    let config = RawConfig::from_text(&text)
+        .unwrap()
+        .validate("default")
+        .unwrap();
+    jumppod_host::ensure(kube, &config, &Gate::native())
+        .await
+        .expect("ensure");
+    let (first, _) = reached(kube, &config, key, None).await;
+    let pods_api = Api::<Pod>::namespaced(kube.client.clone(), ns);
+    let pod = pods_api.get(&first).await.unwrap();
+    let ip: std::net::IpAddr = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .expect("the pod's address")
+        .parse()
+        .unwrap();
+    let log_path = cluster_dir().join(format!(
+        "nodes/{}/pod-logs/{ns}_{first}_{}/{}/0.log",
+        node_of(&pod),
+        pod.metadata.uid.as_deref().unwrap(),
+        jumppod::schema::container_name(&config.name)
+    ));
+
+    // Read from one open file: the kubelet removes the pod's log with the pod, which may be
+    // before the last look at its path.
+    let mut log_file = std::fs::File::open(&log_path)
+        .unwrap_or_else(|e| panic!("the pod's log {}: {e}", log_path.display()));
+
+    let mut session = Session::open(key, &ip.to_string(), 22);
+    session.still_open_after(0, "once opened").await;
+    // The stranger: sshd's banner read, its own sent, then silence.
+    let mut stranger = tokio::net::TcpStream::connect((ip, 22))
+        .await
+        .expect("a connection to the pod's sshd");
+    let mut banner = [0u8; 64];
+    let read = tokio::io::AsyncReadExt::read(&mut stranger, &mut banner)
+        .await
+        .unwrap();
+    assert!(banner[..read].starts_with(b"SSH-2.0-"), "{banner:?}");
+    tokio::io::AsyncWriteExt::write_all(&mut stranger, b"SSH-2.0-stranger\r\n")
+        .await
+        .unwrap();
+
+    pods_api
+        .delete(&first, &Default::default())
+        .await
+        .expect("delete the pod");
+    let stopped = Instant::now();
+    let before = session.lines();
+    let handover = Duration::from_secs(u64::from(HANDOVER));
+    let slack = Duration::from_secs(3);
+    // Every 200 ms: a new connection to sshd, the pod's Ready condition, its log; the session
+    // ended once the pod is Ready False (or long after the handover, for the failure message).
+    let (mut closed, mut unready, mut ended, mut gone) = (None, None, None, None);
+    let (mut accepted, mut log, mut printed) = (0, String::new(), 0);
+    while gone.is_none() {
+        let at = stopped.elapsed();
+        assert!(
+            at < handover + Duration::from_secs(DRAIN + 30),
+            "the pod still exists {at:?} after its deletion; its log:\n{log}"
+        );
+        let connect = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::net::TcpStream::connect((ip, 22)),
+        )
+        .await;
+        match connect {
+            Ok(Ok(_)) if closed.is_none() => accepted += 1,
+            Ok(Ok(_)) => panic!("sshd accepted again at {at:?}, after refusing at {closed:?}"),
+            _ => {
+                closed.get_or_insert(at);
+            }
+        }
+        match pods_api.get_opt(&first).await.unwrap() {
+            None => gone = Some(stopped.elapsed()),
+            Some(p) => {
+                if condition(&p, "Ready").is_some_and(|c| c.status == "False") {
+                    unready.get_or_insert(at);
+                }
+            }
+        }
+        if ended.is_none() && (unready.is_some() || at > handover + Duration::from_secs(15)) {
+            printed = session.lines();
+            session.child.start_kill().expect("end the session");
+            ended = Some(stopped.elapsed());
+        }
+        std::io::Read::read_to_string(&mut log_file, &mut log).expect("read the pod's log");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    std::io::Read::read_to_string(&mut log_file, &mut log).expect("read the pod's log");
+    let (closed, gone) = (closed.expect("sshd never refused"), gone.unwrap());
+    eprintln!(
+        "the stopped pod accepted {accepted} connections, refused from {closed:?}, was Ready \
+         False from {unready:?}, its session ended at {ended:?} (after {printed} lines), the pod \
+         gone at {gone:?} (grace period {} s); its log:\n{log}",
+        u64::from(HANDOVER) + DRAIN
+    );
+    assert!(
+        closed + slack >= handover && closed <= handover + slack,
+        "sshd stopped accepting {closed:?} after the deletion, not at the end of the {handover:?} handover"
+    );
+    let unready = unready.expect("the pod was never Ready False");
+    assert!(
+        unready >= closed && unready <= closed + Duration::from_secs(3 * 2) + slack,
+        "Ready turned False {unready:?} after the deletion; sshd stopped accepting at {closed:?}"
+    );
+    assert!(
+        (printed - before) as u64 + 2 >= handover.as_secs(),
+        "the session printed {} lines (one a second) between the deletion and the pod Ready False",
+        printed - before
+    );
+    for line in TERMINATING {
+        assert!(
+            log.contains(line),
+            "{line:?} missing from the pod's log:\n{log}"
+        );
+    }
+    let ended = ended.unwrap();
+    assert!(
+        gone <= ended + Duration::from_secs(5),
+        "the pod ended {gone:?} after its deletion, its last session {ended:?}"
+    );
+    drop(stranger);
 }
