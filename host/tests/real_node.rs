@@ -1603,6 +1603,7 @@ fn outlives() -> Duration {
 /// `kubectl drain` of `node`, only the project's pods evicted (the other scenarios' pods are
 /// not there: the drain scenarios run alone); how long it took.
 async fn drain(node: &str, config: &Config) -> Duration {
+    only_ours_on(node, config).await;
     let started = Instant::now();
     let selector = format!(
         "--pod-selector={}={}",
@@ -1623,6 +1624,36 @@ async fn drain(node: &str, config: &Config) -> Duration {
         String::from_utf8_lossy(&out.stderr)
     );
     started.elapsed()
+}
+
+/// Waits (bounded) until the pods on `node` with the project's instance label are the
+/// scenario's own. Every scenario's project is `main`, and a scenario that ended has its
+/// namespace deleted, not waited for: a pod of it left on the node (the webhook scenario's
+/// bare pod has no controller) would make `kubectl drain --pod-selector` refuse.
+async fn only_ours_on(node: &str, config: &Config) {
+    let kube = admin().await;
+    let params = ListParams::default()
+        .labels(&format!(
+            "{}={}",
+            jumppod::schema::INSTANCE_LABEL,
+            config.name
+        ))
+        .fields(&format!("spec.nodeName={node}"));
+    wait_for_up_to(
+        &format!("the pods of ended scenarios gone from {node}"),
+        POD_UP,
+        || async {
+            let pods = Api::<Pod>::all(kube.client.clone())
+                .list(&params)
+                .await
+                .ok()?;
+            pods.items
+                .iter()
+                .all(|p| p.metadata.namespace.as_deref() == Some(config.namespace.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 /// Issue 34 §1-3, a planned disruption with no controller running: `kubectl drain` of the jump
@@ -1652,6 +1683,7 @@ async fn a_drain_without_the_controller_refuses_no_connection_and_an_open_sessio
     probes.answering(&first).await;
 
     let _uncordon = Restore(vec!["uncordon".into(), node.clone()]);
+    only_ours_on(&node, &config).await;
     let started = Instant::now();
     let drained = drain(&node, &config).await;
     eprintln!("kubectl drain of {node} without the controller took {drained:?}");
@@ -1744,6 +1776,9 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
     let probes = Probes::start_on(key, &hosts, port);
     probes.answering(&first).await;
 
+    if let GoingAway::Drain = how {
+        only_ours_on(&node, &config).await;
+    }
     let started = Instant::now();
     let started_at = k8s_openapi::jiff::Timestamp::now();
     let ok = |out: std::process::Output| {
