@@ -1307,6 +1307,11 @@ async fn a_controller_restarted_mid_surge_decides_nothing_until_it_has_listed_ev
         .await
         .expect("the replacement");
     assert!(jumppod_plan::objects::is_ready(&kept), "{kept:?}");
+    // The Event follows the write it tells of.
+    wait_for("the SurgeEnded Event", || async {
+        (occurrences(&kube, ns, &config.name, "SurgeEnded").await >= 1).then_some(())
+    })
+    .await;
     for reason in ["SurgeStarted", "SurgeEnded"] {
         assert_eq!(
             occurrences(&kube, ns, &config.name, reason).await,
