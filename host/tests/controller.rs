@@ -990,7 +990,8 @@ async fn the_printed_controller_manifests_pass_the_api_servers_dry_run() {
 /// node is cordoned, and the controller, with exactly the printed rules (the nodes'
 /// ClusterRole too), marks the pod retiring, surges the ReplicaSet to two, and once the new pod
 /// is Ready on the other node scales it back to one; the ReplicaSet controller removes the
-/// retiring pod. Its writes are exactly those three, and the Events say what it did.
+/// retiring pod. The writes that take effect are exactly those three (one refused because the
+/// ReplicaSet changed since it was decided is decided again), and the Events say what it did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
     use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -1085,12 +1086,40 @@ async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
             .contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION)
     );
 
-    // Its writes: the pod's mark, the surge, the way back (and Events).
-    let writes: Vec<String> = requests_in(&audit, from, "user-1", ns)
+    // Its writes: the pod's mark, the surge, the way back (and Events). Those the API server
+    // refused because the ReplicaSet had changed since they were decided (its status, as the
+    // ReplicaSet controller counts the new pod) changed nothing and are decided again.
+    let ours = |r: &String| {
+        is_write(r) && !r.contains("/events") && r.contains(&format!("/namespaces/{ns}/"))
+    };
+    let sent = requests_in(&audit, from, "user-1", ns)
         .into_iter()
-        .filter(|r| is_write(r) && !r.contains("/events"))
-        .map(|r| r.split('?').next().unwrap_or_default().to_owned())
+        .filter(ours)
+        .count();
+    let answered = wait_for(
+        "an answer to each of its writes in the audit log",
+        || async {
+            let answered: Vec<(u16, String)> = audit
+                .answered_by_user(from, "user-1")
+                .into_iter()
+                .filter(|(_, r)| ours(r))
+                .collect();
+            (answered.len() == sent).then_some(answered)
+        },
+    )
+    .await;
+    let refused: Vec<&(u16, String)> = answered.iter().filter(|(code, _)| *code == 409).collect();
+    println!("writes refused as stale and decided again: {refused:?}");
+    let writes: Vec<String> = answered
+        .iter()
+        .filter(|(code, _)| (200..300).contains(code))
+        .map(|(_, r)| r.split('?').next().unwrap_or_default().to_owned())
         .collect();
+    assert_eq!(
+        refused.len() + writes.len(),
+        sent,
+        "each write written or refused as stale: {answered:?}"
+    );
     assert_eq!(
         writes,
         [
