@@ -5,7 +5,7 @@
 //! pod on it. Each watch says when it lists ([`Synced`]): no decision is made from the caches
 //! while one does.
 
-use super::synced::Synced;
+use super::synced::{Synced, Watch};
 use futures::{Stream, StreamExt, TryStreamExt};
 use jumppod_plan::controller::{self as decisions, ProjectKey};
 use jumppod_plan::planner::Observed;
@@ -33,12 +33,12 @@ pub(super) fn start(
         Some(list) => list.iter().map(|ns| Some(ns.as_str())).collect(),
         None => vec![None],
     };
-    let mut watches: Vec<String> = scopes
+    let mut watches: Vec<Watch> = scopes
         .iter()
-        .flat_map(|ns| KINDS.map(|kind| watch_name(kind, *ns)))
+        .flat_map(|ns| KINDS.map(|kind| watch_of(kind, *ns)))
         .collect();
     if watch_nodes {
-        watches.push(NODES.into());
+        watches.push(watch_of(NODES, None));
     }
     let mut caches = Caches {
         scopes: Vec::new(),
@@ -63,11 +63,11 @@ pub(super) fn start(
 const KINDS: [&str; 3] = ["replicasets", "services", "pods"];
 const NODES: &str = "nodes";
 
-/// A watch's name, for [`Synced`] and the logs: `pods in namespace dstack`.
-fn watch_name(kind: &str, namespace: Option<&str>) -> String {
-    match namespace {
-        Some(ns) => format!("{kind} in namespace {ns}"),
-        None => format!("{kind} in every namespace"),
+/// A watch of `kind` in `namespace` (None: in every namespace, or nodes), for [`Synced`].
+fn watch_of(kind: &'static str, namespace: Option<&str>) -> Watch {
+    Watch {
+        kind,
+        namespace: namespace.map(str::to_owned),
     }
 }
 
@@ -132,11 +132,11 @@ fn start_nodes(
             Vec::new()
         }
         watcher::Event::InitDone => {
-            synced.listed(NODES);
+            synced.listed(&watch_of(NODES, None));
             vec![Trigger::All]
         }
         watcher::Event::Init => {
-            synced.listing(NODES);
+            synced.listing(&watch_of(NODES, None));
             Vec::new()
         }
     });
@@ -177,7 +177,7 @@ fn start_scope(
     let labelled = unfiltered.clone().labels(decisions::WATCH_SELECTOR);
     let listing = |kind| Listing {
         synced: synced.clone(),
-        watch: watch_name(kind, ns),
+        watch: watch_of(kind, ns),
     };
     let streams = futures::stream::select_all([
         watch(
@@ -351,10 +351,10 @@ impl Caches {
     }
 }
 
-/// A watch's name and where it says when it lists.
+/// A watch and where it says when it lists.
 struct Listing {
     synced: Synced,
-    watch: String,
+    watch: Watch,
 }
 
 /// One watch: objects that are not a jump pod's never enter the cache (an object relabelled
