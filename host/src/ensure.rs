@@ -44,6 +44,7 @@ impl std::fmt::Display for EnsureReport {
                     ActionOutcome::ReplacedMeanwhile => {
                         " (skipped: replaced by another object in the meantime)"
                     }
+                    ActionOutcome::Stale => " (not written: the object changed in the meantime)",
                 };
                 writeln!(f, "  {}{note}", a.action)?;
             }

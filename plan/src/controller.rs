@@ -190,7 +190,10 @@ pub fn decide(
             Action::CreateNamespace(_) | Action::CreateReplicaSet(_) => false,
             Action::DeletePod { .. } => true,
             Action::DeleteService { .. } | Action::CreateService { .. } => has_rs,
-            Action::RetirePod { .. } | Action::ScaleReplicaSet { .. } => true,
+            Action::RetirePod { .. }
+            | Action::WithdrawRetiring { .. }
+            | Action::DeleteRetiringPod { .. }
+            | Action::ScaleReplicaSet { .. } => true,
         })
         .collect();
     // Only a ReplicaSet of the current schema is surged (a foreign one is reported instead).
@@ -361,6 +364,8 @@ pub fn applied_note(action: &Action) -> Note {
         Action::CreateService { .. } => "ServiceCreated",
         Action::CreateNamespace(_) | Action::CreateReplicaSet(_) => "Created",
         Action::RetirePod { .. } => "Retiring",
+        Action::WithdrawRetiring { .. } => "RetiringWithdrawn",
+        Action::DeleteRetiringPod { .. } => "RetiringPodDeleted",
         Action::ScaleReplicaSet {
             surged_from: Some(_),
             ..

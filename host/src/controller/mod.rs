@@ -13,6 +13,7 @@ mod lease;
 mod metrics;
 mod queue;
 mod reconcile;
+mod synced;
 mod watches;
 
 use crate::error::HostError;
