@@ -10,7 +10,9 @@ package main
 // Network rule of the workplace: pods get addresses on the harness's own
 // bridge and a route to the service range only, nothing is masqueraded to
 // the outside, a FORWARD rule drops whatever would leave the bridge from the
-// pod range, and NodePorts answer on 127.0.0.1 only.
+// pod range, and NodePorts answer on 127.0.0.1 and on the nodes' own
+// addresses on that bridge only (a client reaching the pod through another
+// node than its own, as one outside a cluster does).
 
 import (
 	"context"
@@ -358,7 +360,7 @@ func (r *realNodes) info() *realNodesInfo {
 	in := &realNodesInfo{
 		SSHDImage: sshd, PauseImage: pauseImage,
 		Label: realNodeLabel + "=true", Taint: realNodeTaint + "=true:NoSchedule",
-		Bridge: realBridge, PodSubnet: realSubnet, NodePortsOn: "127.0.0.1",
+		Bridge: realBridge, PodSubnet: realSubnet, NodePortsOn: strings.Join(r.nodePortAddresses(), ","),
 		Pressure: r.pressure,
 	}
 	if r.registry != nil {
@@ -714,7 +716,25 @@ func (r *realNodes) startKubelet(node *realNode) error {
 	return nil
 }
 
+// nodePortAddresses are where kube-proxy answers NodePorts: loopback, and each
+// node's address on the bridge.
+func (r *realNodes) nodePortAddresses() []string {
+	addresses := []string{"127.0.0.1"}
+	for _, n := range r.nodes {
+		addresses = append(addresses, n.ip)
+	}
+	return addresses
+}
+
 func (r *realNodes) startProxy(kubeconfig string, healthzPort, metricsPort int) error {
+	var cidrs []string
+	for _, a := range r.nodePortAddresses() {
+		if a == "127.0.0.1" {
+			cidrs = append(cidrs, `"127.0.0.0/8"`)
+		} else {
+			cidrs = append(cidrs, fmt.Sprintf("%q", a+"/32"))
+		}
+	}
 	config := filepath.Join(r.dir, "kube-proxy.yaml")
 	// The first node's name: kube-proxy needs one to find a node IP. All
 	// nodes share this network namespace, so one kube-proxy serves them all.
@@ -727,7 +747,7 @@ hostnameOverride: %s
 bindAddress: %s
 healthzBindAddress: 127.0.0.1:%d
 metricsBindAddress: 127.0.0.1:%d
-nodePortAddresses: ["127.0.0.0/8"]
+nodePortAddresses: [%s]
 clusterCIDR: %s
 # 0: leave the machine's conntrack settings as they are.
 conntrack:
@@ -735,7 +755,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, kubeconfig, r.nodes[0].name, r.nodes[0].ip, healthzPort, metricsPort, realSubnet)), 0o644); err != nil {
+`, kubeconfig, r.nodes[0].name, r.nodes[0].ip, healthzPort, metricsPort, strings.Join(cidrs, ", "), realSubnet)), 0o644); err != nil {
 		return err
 	}
 	ch, err := r.c.startSubcommand("kube-proxy", "kube-proxy", []string{"--config=" + config})

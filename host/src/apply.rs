@@ -1,10 +1,15 @@
 //! The executor: sends the planned actions, nothing else. A create answered 409 AlreadyExists
 //! is a success (another host got there first); a delete answered 404 is a success; a delete
 //! whose uid precondition fails (409 Conflict: the object was replaced in between) deletes
-//! nothing and is reported; a patch answered 404 is a success (what it marked is gone).
-//! Transient errors are retried within the deadline (see `api`).
+//! nothing and is reported; a patch answered 404 is a success (what it marked is gone); a
+//! patch carrying the resourceVersion it was decided on and answered 409 Conflict (the object
+//! changed since) ends the run: what follows was decided on the same stale view, and the
+//! change, once seen, decides again. Transient errors are retried within the deadline (see
+//! `api`).
 
-use crate::api::{Kube, Op, explain, is_already_exists, is_not_found, is_precondition_failed};
+use crate::api::{
+    Kube, Op, explain, is_already_exists, is_conflict, is_not_found, is_precondition_failed,
+};
 use crate::error::HostError;
 use jumppod_plan::action::Action;
 use jumppod_plan::objects::{name_of, node_port};
@@ -28,6 +33,9 @@ pub enum ActionOutcome {
     ReplacedMeanwhile,
     /// Create answered 403: the namespace is being deleted.
     NamespaceTerminating,
+    /// Patch answered 409 Conflict: the object changed since the decision; nothing written,
+    /// and nothing after it sent.
+    Stale,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -36,7 +44,7 @@ pub struct Applied {
     pub outcome: ActionOutcome,
 }
 
-/// Sends the actions in order; stops at the first permanent error.
+/// Sends the actions in order; stops at the first permanent error, and after a stale write.
 pub async fn apply(
     kube: &Kube,
     namespace: &str,
@@ -162,12 +170,19 @@ pub async fn apply(
                 )
                 .await?
             }
-            Action::RetirePod { name, why } => {
+            Action::RetirePod {
+                name,
+                why,
+                resource_version,
+            } => {
                 let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-                let patch = serde_json::json!({"metadata": {"annotations": {
-                    surge::RETIRING_ANNOTATION: why,
-                    surge::DELETION_COST_ANNOTATION: surge::RETIRING_COST,
-                }}});
+                let patch = serde_json::json!({"metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": {
+                        surge::RETIRING_ANNOTATION: why,
+                        surge::DELETION_COST_ANNOTATION: surge::RETIRING_COST,
+                    },
+                }});
                 merge_patch(
                     kube,
                     &api,
@@ -176,18 +191,58 @@ pub async fn apply(
                 )
                 .await?
             }
+            Action::WithdrawRetiring {
+                name,
+                resource_version,
+                ..
+            } => {
+                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+                // null removes an annotation (JSON merge patch, RFC 7386).
+                let patch = serde_json::json!({"metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": {
+                        surge::RETIRING_ANNOTATION: null,
+                        surge::DELETION_COST_ANNOTATION: null,
+                    },
+                }});
+                merge_patch(
+                    kube,
+                    &api,
+                    &patch,
+                    Op::new("patch", "pods", Some(namespace), Some(name)),
+                )
+                .await?
+            }
+            Action::DeleteRetiringPod { name, uid, .. } => {
+                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+                delete(
+                    kube,
+                    &api,
+                    uid,
+                    None,
+                    Op::new("delete", "pods", Some(namespace), Some(name)),
+                )
+                .await?
+            }
             Action::ScaleReplicaSet {
                 name,
                 replicas,
                 surged_from,
+                retired,
+                resource_version,
                 ..
             } => {
                 let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), namespace);
-                // null removes the record (JSON merge patch, RFC 7386).
+                // null removes a record (JSON merge patch, RFC 7386).
                 let patch = serde_json::json!({
-                    "metadata": {"annotations": {
-                        surge::SURGED_FROM_ANNOTATION: surged_from.map(|n| n.to_string()),
-                    }},
+                    "metadata": {
+                        "resourceVersion": resource_version,
+                        "annotations": {
+                            surge::SURGED_FROM_ANNOTATION: surged_from.map(|n| n.to_string()),
+                            surge::SURGED_TO_ANNOTATION: surged_from.map(|_| replicas.to_string()),
+                            surge::RETIRED_ANNOTATION: (!retired.is_empty()).then(|| retired.join(",")),
+                        },
+                    },
                     "spec": {"replicas": replicas},
                 });
                 merge_patch(
@@ -204,6 +259,9 @@ pub async fn apply(
             action: action.clone(),
             outcome,
         });
+        if outcome == ActionOutcome::Stale {
+            break;
+        }
     }
     Ok(done)
 }
@@ -254,7 +312,8 @@ where
     }
 }
 
-/// A JSON merge patch; a 404 (the pod or ReplicaSet gone meanwhile) is a success.
+/// A JSON merge patch; a 404 (the pod or ReplicaSet gone meanwhile) is a success, a 409
+/// Conflict (the resourceVersion it carries is no longer the object's) is stale.
 async fn merge_patch<K>(
     kube: &Kube,
     api: &Api<K>,
@@ -270,6 +329,7 @@ where
     match kube.retry(&op, || api.patch(name, &params, &patch)).await {
         Ok(_) => Ok(ActionOutcome::Done),
         Err(e) if is_not_found(&e) => Ok(ActionOutcome::AlreadyGone),
+        Err(e) if is_conflict(&e) => Ok(ActionOutcome::Stale),
         Err(e) => Err(explain(&op, e)),
     }
 }

@@ -390,7 +390,8 @@ pub struct Target {
     #[command(flatten)]
     pub project: Project,
     /// Address jobs reach the NodePort at (dstack's proxy_jump.hostname); default: the
-    /// ExternalIP of the pod's node, else of any node.
+    /// ExternalIP of the pod's node, else of another node, one that is not cordoned or tainted
+    /// for removal first.
     #[arg(long)]
     pub hostname: Option<String>,
     /// NodePort of the Service (dstack's proxy_jump.port); default: allocated by the cluster.

@@ -47,6 +47,7 @@ impl std::fmt::Display for EnsureReport {
                     ActionOutcome::NamespaceTerminating => {
                         " (skipped: the namespace is being deleted)"
                     }
+                    ActionOutcome::Stale => " (not written: the object changed in the meantime)",
                 };
                 writeln!(f, "  {}{note}", a.action)?;
             }

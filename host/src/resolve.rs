@@ -2,8 +2,9 @@
 //! Service and answers the SSH proxy: hostname, the Service's NodePort, user root.
 //!
 //! Requests: the pods by instance label and the Service, concurrently (2 with `hostname`
-//! configured). The bare pod by name only when no labelled pod is ready; the pod's node, or
-//! all nodes, only when `hostname` is not configured.
+//! configured). The bare pod by name only when no labelled pod is ready; the pod's node, and
+//! all nodes when that one has no ExternalIP or is going away, only when `hostname` is not
+//! configured.
 
 use crate::api::Kube;
 use crate::error::HostError;
@@ -15,7 +16,8 @@ use jumppod_plan::findings::{containers_waiting, pods_refused, unschedulable};
 use jumppod_plan::objects::{
     is_active, is_finished, is_ready, name_of, node_port, phase_of, selector_text, service_selector,
 };
-use k8s_openapi::api::core::v1::{Node, Pod};
+use jumppod_plan::surge;
+use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -161,7 +163,23 @@ pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, Host
 
     let hostname = match &config.hostname {
         Some(h) => h.clone(),
-        None => hostname_of(kube, &pod).await?,
+        None => {
+            // The chosen pod's node first, then the other Ready pods' nodes, newest first.
+            let mut ready: Vec<&Pod> = pods
+                .iter()
+                .filter(|p| is_ready(p) && matches(p, &selector))
+                .collect();
+            ready.sort_by_key(|p| std::cmp::Reverse(p.metadata.creation_timestamp.clone()));
+            let mut preferred: Vec<&str> = Vec::new();
+            for p in std::iter::once(&pod).chain(ready) {
+                if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                    && !preferred.contains(&node)
+                {
+                    preferred.push(node);
+                }
+            }
+            hostname_of(kube, &preferred).await?
+        }
     };
     let bare = name_of(&pod.metadata) == name;
     Ok(ResolveReport {
@@ -176,26 +194,20 @@ pub async fn resolve(kube: &Kube, config: &Config) -> Result<ResolveReport, Host
     })
 }
 
-fn external_ip(node: &Node) -> Option<String> {
-    node.status
-        .as_ref()?
-        .addresses
-        .as_ref()?
-        .iter()
-        .find(|a| a.type_ == "ExternalIP")
-        .map(|a| a.address.clone())
-}
-
-/// The ExternalIP of the pod's node, else of any node.
-async fn hostname_of(kube: &Kube, pod: &Pod) -> Result<String, HostError> {
-    if let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
-        && let Some(node) = observe::node(kube, node_name).await?
-        && let Some(ip) = external_ip(&node)
+/// The ExternalIP of the first of `preferred` (the Ready pods' nodes) if that node is staying;
+/// else, from a list of the nodes, of the first node that is staying and has one (a job keeps
+/// the address it is given for its whole life: a node cordoned or tainted for removal is about
+/// to go), else of any node.
+async fn hostname_of(kube: &Kube, preferred: &[&str]) -> Result<String, HostError> {
+    if let Some(first) = preferred.first()
+        && let Some(node) = observe::node(kube, first).await?
+        && surge::leaving(&node).is_none()
+        && let Some(ip) = surge::external_ip(&node)
     {
         return Ok(ip);
     }
     let nodes = observe::nodes(kube).await?;
-    nodes.iter().find_map(external_ip).ok_or_else(|| {
+    surge::job_address(preferred, &nodes).ok_or_else(|| {
         HostError::Config(jumppod_plan::config::ConfigError {
             field: "hostname".into(),
             value: String::new(),

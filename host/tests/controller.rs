@@ -1002,7 +1002,8 @@ async fn the_printed_controller_manifests_pass_the_api_servers_dry_run() {
 /// node is cordoned, and the controller, with exactly the printed rules (the nodes'
 /// ClusterRole too), marks the pod retiring, surges the ReplicaSet to two, and once the new pod
 /// is Ready on the other node scales it back to one; the ReplicaSet controller removes the
-/// retiring pod. Its writes are exactly those three, and the Events say what it did.
+/// retiring pod. The writes that take effect are exactly those three (one refused because the
+/// ReplicaSet changed since it was decided is decided again), and the Events say what it did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
     use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -1103,12 +1104,40 @@ async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
             .contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION)
     );
 
-    // Its writes: the pod's mark, the surge, the way back (and Events).
-    let writes: Vec<String> = requests_in(&audit, from, "user-1", ns)
+    // Its writes: the pod's mark, the surge, the way back (and Events). Those the API server
+    // refused because the ReplicaSet had changed since they were decided (its status, as the
+    // ReplicaSet controller counts the new pod) changed nothing and are decided again.
+    let ours = |r: &String| {
+        is_write(r) && !r.contains("/events") && r.contains(&format!("/namespaces/{ns}/"))
+    };
+    let sent = requests_in(&audit, from, "user-1", ns)
         .into_iter()
-        .filter(|r| is_write(r) && !r.contains("/events"))
-        .map(|r| r.split('?').next().unwrap_or_default().to_owned())
+        .filter(ours)
+        .count();
+    let answered = wait_for(
+        "an answer to each of its writes in the audit log",
+        || async {
+            let answered: Vec<(u16, String)> = audit
+                .answered_by_user(from, "user-1")
+                .into_iter()
+                .filter(|(_, r)| ours(r))
+                .collect();
+            (answered.len() == sent).then_some(answered)
+        },
+    )
+    .await;
+    let refused: Vec<&(u16, String)> = answered.iter().filter(|(code, _)| *code == 409).collect();
+    println!("writes refused as stale and decided again: {refused:?}");
+    let writes: Vec<String> = answered
+        .iter()
+        .filter(|(code, _)| (200..300).contains(code))
+        .map(|(_, r)| r.split('?').next().unwrap_or_default().to_owned())
         .collect();
+    assert_eq!(
+        refused.len() + writes.len(),
+        sent,
+        "each write written or refused as stale: {answered:?}"
+    );
     assert_eq!(
         writes,
         [
@@ -1129,5 +1158,293 @@ async fn a_pod_on_a_cordoned_node_is_replaced_before_it_goes_in_three_writes() {
         let events = events_of(&kube, ns, &config.name, reason).await;
         assert_eq!(events.len(), 1, "one {reason} Event: {events:?}");
     }
+    done(&kube, ns).await;
+}
+
+/// Whether a request is the list (not the watch) of the pods of the restart test's namespace.
+fn lists_the_restart_tests_pods(method: &http::Method, uri: &http::Uri) -> bool {
+    *method == http::Method::GET
+        && uri.path() == "/api/v1/namespaces/ctl-surge-restart/pods"
+        && !uri.query().unwrap_or_default().contains("watch=true")
+}
+
+/// How many times Events of `reason` about `regarding` happened (an Event's series counts its
+/// repeats).
+async fn occurrences(kube: &Kube, ns: &str, regarding: &str, reason: &str) -> i32 {
+    events_of(kube, ns, regarding, reason)
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// Make-before-break across a restart of the controller (its own pod is often on the node
+/// being drained). A project's node is cordoned while the other node it may use does not exist
+/// yet: the controller marks the pod retiring and surges the ReplicaSet to two, and the
+/// replacement waits, unscheduled. Beside it, a project whose pre-#3891 pod still runs behind
+/// its old Service. The controller is killed and started again through a front of the API
+/// server that answers its list of pods 5 s late, so that it holds every ReplicaSet and
+/// Service, and no pod, for that long. A decision then would read "no retiring pod is left"
+/// and scale back (the ReplicaSet controller deletes the unscheduled replacement), and would
+/// replace the old Service while the old pod runs. The restarted controller writes nothing
+/// until it has listed everything; then the second node comes, the replacement is Ready on it
+/// and the surge ends, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_restarted_mid_surge_decides_nothing_until_it_has_listed_every_pod() {
+    use jumppod_testkit::cluster::{played_node, remove_played_nodes};
+    use jumppod_testkit::proxy::SlowFront;
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    let kube = admin().await;
+    let ns = "ctl-surge-restart";
+    namespace(&kube, ns).await;
+    // user-1: the surge test's user, so that both grant its nodes' ClusterRole to one subject.
+    grant_controller_rules(ns, &["user-1"]);
+    apply_grant(&for_user(
+        rbac::controller_objects(
+            ns,
+            "jumppod",
+            rbac::Watched::Own,
+            "unused",
+            rbac::LEASE_NAME,
+        ),
+        &["ClusterRole", "ClusterRoleBinding"],
+        "user-1",
+    ));
+    let pool = "jumppod.test/pool";
+    let node = |n: &str| {
+        jumppod_sim::NodeSpec::new(&format!("{ns}-{n}"))
+            .label(pool, ns)
+            .taint(pool, ns, "NoSchedule")
+            .to_json()
+    };
+    played_node(&kube, ns, node("a")).await;
+    let placement = format!(
+        "node_selector: {{{pool}: {ns}}}\ntolerations: [{{key: {pool}, operator: Equal, value: {ns}, effect: NoSchedule}}]"
+    );
+    let config = config_for(ns, "main", &placement);
+    jumppod_host::ensure(&kube, &config, &jumppod_host::Gate::native())
+        .await
+        .unwrap();
+    upgrading_project(&kube, ns, "legacy", 30078).await;
+    let legacy_service = schema::service_name(&schema::jump_pod_name("legacy"));
+    let services: Api<Service> = Api::namespaced(kube.client.clone(), ns);
+    let old_service = services.get(&legacy_service).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
+    let of_main = kube::api::ListParams::default().labels(&format!(
+        "{}={}",
+        schema::INSTANCE_LABEL,
+        config.name
+    ));
+    let first = wait_for("the jump pod Ready", || async {
+        let list = pods.list(&of_main).await.ok()?;
+        list.items.into_iter().find(jumppod_plan::objects::is_ready)
+    })
+    .await;
+    let first_name = first.metadata.name.clone().unwrap();
+
+    // The controllers' template: the project's placement, so that it finds no drift.
+    let template = cluster_dir().join(format!("controller-{ns}.yaml"));
+    std::fs::write(&template, format!("{placement}\n")).unwrap();
+    let start = |kubeconfig: &Path, identity: &str| {
+        let lease = [LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD].map(|d| format!("{d:?}"));
+        let args = [
+            "run",
+            "-v",
+            "--namespace",
+            ns,
+            "--listen",
+            "127.0.0.1:0",
+            "--identity",
+            identity,
+            "-f",
+            template.to_str().unwrap(),
+            "--lease-duration",
+            &lease[0],
+            "--renew-deadline",
+            &lease[1],
+            "--retry-period",
+            &lease[2],
+        ];
+        let log = cluster_dir().join(format!("controller-{ns}-{identity}.log"));
+        Controller::start(kubeconfig, &args, &[("RUST_LOG", RUST_LOG)], Some(&log))
+    };
+    let mut a = start(&user_kubeconfig("user-1"), "a");
+    a.leading().await;
+    Api::<Node>::all(kube.client.clone())
+        .patch(
+            &format!("{ns}-a"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    // Mid-surge: the ReplicaSet at two, the replacement unscheduled, the surge's Event written.
+    let replacement = wait_for("the surge, its replacement unscheduled", || async {
+        let rs = sets.get(&config.name).await.ok()?;
+        let surged = jumppod_testkit::run::surge_recorded(&rs);
+        let list = pods.list(&of_main).await.ok()?;
+        let waiting = list.items.into_iter().find(|p| {
+            p.metadata.name.as_deref() != Some(&first_name)
+                && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+        })?;
+        let started = occurrences(&kube, ns, &config.name, "SurgeStarted").await == 1;
+        (surged && rs.spec?.replicas == Some(2) && started).then_some(waiting)
+    })
+    .await;
+    a.signal("-KILL");
+    a.exited("SIGKILL", STOPS_WITHIN).await;
+
+    let front = SlowFront::start(
+        &user_kubeconfig("user-1"),
+        lists_the_restart_tests_pods,
+        Duration::from_secs(5),
+    )
+    .await;
+    let through_front = cluster_dir().join(format!("controller-{ns}-front.kubeconfig"));
+    front.write_kubeconfig(&through_front);
+    let audit = audit();
+    let from = audit.mark();
+    let b = start(&through_front, "b");
+    b.leading().await;
+    for project in ["main", "legacy"] {
+        let line = format!("jump_pod={}}}: reconciled", schema::jump_pod_name(project));
+        wait_for(
+            &format!("the restarted controller to log {line:?}"),
+            || async { b.log().contains(&line).then_some(()) },
+        )
+        .await;
+    }
+    assert!(front.held() >= 1, "no list of pods was held back");
+    let writes: Vec<String> = requests_in(&audit, from, "user-1", ns)
+        .into_iter()
+        .filter(|r| is_write(r) && !r.contains("/events") && !r.contains("/leases/"))
+        .collect();
+    assert_eq!(
+        writes,
+        Vec::<String>::new(),
+        "the restarted controller wrote before it had listed every pod; log:\n{}",
+        b.log()
+    );
+    let waiting = pods
+        .get_opt(replacement.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting.and_then(|p| p.metadata.uid),
+        replacement.metadata.uid,
+        "the unscheduled replacement was deleted"
+    );
+    let service = services.get(&legacy_service).await.unwrap();
+    assert_eq!(
+        service.metadata.uid, old_service.metadata.uid,
+        "the old Service was replaced while its pod runs"
+    );
+
+    // The second node: the replacement is scheduled and Ready there, the surge ends once.
+    played_node(&kube, ns, node("b")).await;
+    wait_for(
+        "the ReplicaSet back at one and the retiring pod deleted",
+        || async {
+            let rs = sets.get(&config.name).await.ok()?;
+            let recorded = jumppod_testkit::run::surge_recorded(&rs);
+            let old = pods.get_opt(&first_name).await.ok()?;
+            let old_going = old.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+            (!recorded && rs.spec?.replicas == Some(1) && old_going).then_some(())
+        },
+    )
+    .await;
+    let kept = pods
+        .get(replacement.metadata.name.as_deref().unwrap())
+        .await
+        .expect("the replacement");
+    assert!(jumppod_plan::objects::is_ready(&kept), "{kept:?}");
+    // The Event follows the write it tells of.
+    wait_for("the SurgeEnded Event", || async {
+        (occurrences(&kube, ns, &config.name, "SurgeEnded").await >= 1).then_some(())
+    })
+    .await;
+    for reason in ["SurgeStarted", "SurgeEnded"] {
+        assert_eq!(
+            occurrences(&kube, ns, &config.name, reason).await,
+            1,
+            "{reason}; log:\n{}",
+            b.log()
+        );
+    }
+    drop(b);
+    remove_played_nodes(&kube, ns).await;
+    done(&kube, ns).await;
+}
+
+/// The surge's writes carry the resourceVersion of what they were decided on: a `kubectl
+/// scale` between the decision and its write makes the API server refuse the write (409
+/// Conflict), nothing after it is sent, and the operator's count stays. (The controller then
+/// decides again on the change it was told of, and keeps that count: see `plan/src/surge.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surge_decided_before_an_operators_scale_is_refused_and_their_count_stays() {
+    use jumppod_host::apply::{ActionOutcome, apply};
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::core::v1::Pod;
+    let kube = admin().await;
+    let ns = "ctl-stale-scale";
+    namespace(&kube, ns).await;
+    let config = config_for(ns, "main", SMALL);
+    jumppod_host::ensure(&kube, &config, &jumppod_host::Gate::native())
+        .await
+        .unwrap();
+    let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let pod = wait_for("the jump pod Ready", || async {
+        let list = pods.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(jumppod_plan::objects::is_ready)
+    })
+    .await;
+    let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+    let rs = wait_for("the ReplicaSet's status to settle", || async {
+        let rs = sets.get(&config.name).await.ok()?;
+        (rs.status.as_ref()?.ready_replicas == Some(1)).then_some(rs)
+    })
+    .await;
+    // Decided as if the pod's node were cordoned: mark it, surge to two.
+    let leaving =
+        std::collections::BTreeMap::from([(node, "is cordoned (spec.unschedulable)".to_owned())]);
+    let actions = jumppod_plan::surge::decide(&rs, std::slice::from_ref(&pod), &leaving);
+    assert_eq!(actions.len(), 2, "{actions:?}");
+
+    let scaled = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(admin_kubeconfig())
+        .args([
+            "-n",
+            ns,
+            "scale",
+            "replicaset",
+            &config.name,
+            "--replicas=3",
+        ])
+        .output()
+        .expect("kubectl");
+    assert!(
+        scaled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&scaled.stderr)
+    );
+    let applied = apply(&kube, ns, &actions).await.unwrap();
+    let outcomes: Vec<ActionOutcome> = applied.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [ActionOutcome::Done, ActionOutcome::Stale],
+        "the pod's mark is written, the ReplicaSet's scale refused"
+    );
+    let rs = sets.get(&config.name).await.unwrap();
+    assert_eq!(rs.spec.unwrap().replicas, Some(3), "the operator's count");
+    assert!(
+        !rs.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION)
+    );
     done(&kube, ns).await;
 }

@@ -17,6 +17,7 @@ use futures::StreamExt;
 use jumppod_host::api::Kube;
 use jumppod_host::{Gate, resolve};
 use jumppod_plan::config::{Config, RawConfig};
+use jumppod_plan::manifest::HANDOVER_SECONDS as HANDOVER;
 use jumppod_testkit::cluster::{
     CleanUp, admin, cluster_dir, namespace, policy_webhook_for, typed, wait_for_up_to,
 };
@@ -1265,6 +1266,7 @@ fn outlives() -> Duration {
 /// `kubectl drain` of `node`, only the project's pods evicted (the other scenarios' pods are
 /// not there: the drain scenarios run alone); how long it took.
 async fn drain(node: &str, config: &Config) -> Duration {
+    only_ours_on(node, config).await;
     let started = Instant::now();
     let selector = format!(
         "--pod-selector={}={}",
@@ -1285,6 +1287,36 @@ async fn drain(node: &str, config: &Config) -> Duration {
         String::from_utf8_lossy(&out.stderr)
     );
     started.elapsed()
+}
+
+/// Waits (bounded) until the pods on `node` with the project's instance label are the
+/// scenario's own. Every scenario's project is `main`, and a scenario that ended has its
+/// namespace deleted, not waited for: a pod of it left on the node (the webhook scenario's
+/// bare pod has no controller) would make `kubectl drain --pod-selector` refuse.
+async fn only_ours_on(node: &str, config: &Config) {
+    let kube = admin().await;
+    let params = ListParams::default()
+        .labels(&format!(
+            "{}={}",
+            jumppod::schema::INSTANCE_LABEL,
+            config.name
+        ))
+        .fields(&format!("spec.nodeName={node}"));
+    wait_for_up_to(
+        &format!("the pods of ended scenarios gone from {node}"),
+        POD_UP,
+        || async {
+            let pods = Api::<Pod>::all(kube.client.clone())
+                .list(&params)
+                .await
+                .ok()?;
+            pods.items
+                .iter()
+                .all(|p| p.metadata.namespace.as_deref() == Some(config.namespace.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 /// Issue 34 §1-3, a planned disruption with no controller running: `kubectl drain` of the jump
@@ -1314,6 +1346,7 @@ async fn a_drain_without_the_controller_refuses_no_connection_and_an_open_sessio
     probes.answering(&first).await;
 
     let _uncordon = Restore(vec!["uncordon".into(), node.clone()]);
+    only_ours_on(&node, &config).await;
     let started = Instant::now();
     let drained = drain(&node, &config).await;
     eprintln!("kubectl drain of {node} without the controller took {drained:?}");
@@ -1346,6 +1379,10 @@ enum GoingAway {
     /// Not the node: a new template (700m of cpu) applied to the ReplicaSet, and the pod
     /// marked retiring by hand, as the operator's docs roll it.
     Roll,
+    /// `kubectl drain` at once (it cordons and evicts in the same second, as the cluster
+    /// autoscaler evicts right after its taint): the eviction races the surge, and each may
+    /// make a replacement.
+    Drain,
 }
 
 /// Issue 34 §1 and §3, make-before-break by the controller: `jumppod run` watches the nodes;
@@ -1354,13 +1391,16 @@ enum GoingAway {
 /// ReplicaSet goes back to one, and the ReplicaSet controller removes the retiring pod (its
 /// deletion cost is the lowest). A new connection every 200 ms is never refused, the open
 /// session outlives the old pod's termination by the handover and the session drain, and a
-/// `kubectl drain` afterwards has nothing left to wait for but that termination.
+/// `kubectl drain` afterwards has nothing left to wait for but that termination. Prints how
+/// long the replacement took to be Ready.
 async fn surge_scenario(ns: &'static str, how: GoingAway) {
     // A node going away leaves the other scenarios one node: it runs alone. The roll touches
     // no node, and its Guaranteed pods are never the ones memory pressure evicts.
     let scenario = match how {
         GoingAway::Roll => Scenario::shared(ns).await,
-        GoingAway::Cordon | GoingAway::AutoscalerTaint => Scenario::alone(ns).await,
+        GoingAway::Cordon | GoingAway::AutoscalerTaint | GoingAway::Drain => {
+            Scenario::alone(ns).await
+        }
     };
     let Scenario { kube, key, dir, .. } = &scenario;
     let (config, text) = disruption_config(&scenario);
@@ -1391,10 +1431,19 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
 
     let mut session = Session::open(key, "127.0.0.1", port);
     session.still_open_after(0, "once opened").await;
-    let probes = Probes::start(key, port);
+    // For the drain, through the other node too, as a client outside the cluster reaches it.
+    let hosts = match how {
+        GoingAway::Drain => vec!["127.0.0.1", scenario.nodes.other_than(&node)],
+        _ => vec!["127.0.0.1"],
+    };
+    let probes = Probes::start_on(key, &hosts, port);
     probes.answering(&first).await;
 
+    if let GoingAway::Drain = how {
+        only_ours_on(&node, &config).await;
+    }
     let started = Instant::now();
+    let started_at = k8s_openapi::jiff::Timestamp::now();
     let ok = |out: std::process::Output| {
         assert!(
             out.status.success(),
@@ -1436,6 +1485,12 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
             ok(kubectl(&["-n", ns, "annotate", "pod", &first, mark]).await);
             None
         }
+        GoingAway::Drain => {
+            let restore = Restore(vec!["uncordon".into(), node.clone()]);
+            let drained = drain(&node, &config).await;
+            eprintln!("kubectl drain of {node} with the controller took {drained:?}");
+            Some(restore)
+        }
     };
 
     // The old pod is deleted by the ReplicaSet once its replacement is Ready elsewhere.
@@ -1448,25 +1503,26 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
     })
     .await;
     eprintln!(
-        "{how:?}: the controller replaced {first} in {:?}; controller log:\n{}",
+        "{how:?}: {first} deleted within {:?}; controller log:\n{}",
         started.elapsed(),
         controller.log()
     );
-    let rs: k8s_openapi::api::apps::v1::ReplicaSet = Api::namespaced(kube.client.clone(), ns)
-        .get(&config.name)
-        .await
-        .unwrap();
-    assert_eq!(
-        rs.spec.as_ref().and_then(|s| s.replicas),
-        Some(1),
-        "back to one replica"
-    );
-    let annotations = rs.metadata.annotations.unwrap_or_default();
-    assert!(
-        !annotations.contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION),
-        "the surge's record is removed: {annotations:?}"
-    );
-    let deleted_at = Instant::now();
+    // The drain's eviction deleted it at the start; the surge ends once a replacement is Ready.
+    let deleted_at = match how {
+        GoingAway::Drain => started,
+        _ => Instant::now(),
+    };
+    let sets = Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(kube.client.clone(), ns);
+    wait_for_up_to(
+        "the ReplicaSet back at one, its record removed",
+        POD_UP,
+        || async {
+            let rs = sets.get(&config.name).await.ok()?;
+            let recorded = jumppod_testkit::run::surge_recorded(&rs);
+            (!recorded && rs.spec?.replicas == Some(1)).then_some(())
+        },
+    )
+    .await;
 
     if let GoingAway::Cordon = how {
         // The drain that follows has only the old pod's termination to wait for.
@@ -1485,6 +1541,22 @@ async fn surge_scenario(ns: &'static str, how: GoingAway) {
     let (second, second_port) = reached(kube, &config, key, Some(&first)).await;
     assert_eq!(second_port, port, "the NodePort changed");
     let replacement = pods_api.get(&second).await.unwrap();
+    let ready_at = condition(&replacement, "Ready").and_then(|c| c.last_transition_time);
+    let made: Vec<String> = pods_api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.name.as_deref() != Some(&first))
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    eprintln!(
+        "{how:?}: {second} Ready {} s after it began; pods made meanwhile and left: {made:?}",
+        ready_at.map_or("?".to_owned(), |t| (t.0.as_second()
+            - started_at.as_second())
+        .to_string())
+    );
     if let GoingAway::Roll = how {
         let cpu = replacement.spec.as_ref().unwrap().containers[0]
             .resources
@@ -1521,4 +1593,168 @@ async fn a_cordoned_node_has_its_jump_pod_replaced_by_the_controller_before_the_
 #[tokio::test]
 async fn the_cluster_autoscalers_taint_has_the_jump_pod_replaced_like_a_cordon() {
     surge_scenario("real-node-autoscaler", GoingAway::AutoscalerTaint).await;
+}
+
+/// A drain that evicts at once with the controller running: the eviction and the surge race,
+/// and each may make a replacement. None of the new connections through the NodePort, on
+/// 127.0.0.1 and on the other node's address, is refused; the ReplicaSet ends at one.
+#[tokio::test]
+async fn a_drain_that_evicts_at_once_with_the_controller_refuses_no_connection_on_either_address() {
+    surge_scenario("real-node-drain-now", GoingAway::Drain).await;
+}
+
+/// What the handover test's pod logs when it is stopped (plan/src/manifest.rs `SSHD_SCRIPT`).
+const TERMINATING: [&str; 2] = [
+    "jumppod: terminating: accepting for 20 s more, then sessions only",
+    "jumppod: terminating: no session left",
+];
+
+/// The start script's handover as the real kubelet stops the pod, deleted with a session open
+/// on it and a connection that never logs in held to its sshd (as a scanner on a public
+/// NodePort holds one): sshd keeps accepting for the handover and stops at its end (the
+/// handover ± 3 s); the pod's Ready condition turns False after that (its TCP probe: every
+/// 2 s, three failures); the pod logs its termination; and once the session ends (the test
+/// ends it when the pod is Ready False) the pod ends within a few seconds, waiting neither for
+/// the stranger nor for its grace period (the handover and 60 s of session drain). With no
+/// session at all it ends within a second of the handover, before its probe can fail three
+/// times (its endpoint then goes with it), so the session is what lets the test see the
+/// probe fail. A pod that ignored SIGTERM would accept until the kubelet's SIGKILL.
+#[tokio::test]
+async fn a_stopped_jump_pod_accepts_for_the_handover_then_ends_without_waiting_for_a_stranger() {
+    const DRAIN: u64 = 60;
+    let scenario = Scenario::shared("real-node-handover").await;
+    let Scenario { kube, ns, key, .. } = &scenario;
+    let text = format!(
+        "{}session_drain_seconds: {DRAIN}\n",
+        config_text(
+            ns,
+            &scenario.nodes,
+            &Placement::real(&scenario.nodes),
+            &scenario.public
+        )
+    );
+    let config = RawConfig::from_text(&text)
+        .unwrap()
+        .validate("default")
+        .unwrap();
+    jumppod_host::ensure(kube, &config, &Gate::native())
+        .await
+        .expect("ensure");
+    let (first, _) = reached(kube, &config, key, None).await;
+    let pods_api = Api::<Pod>::namespaced(kube.client.clone(), ns);
+    let pod = pods_api.get(&first).await.unwrap();
+    let ip: std::net::IpAddr = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .expect("the pod's address")
+        .parse()
+        .unwrap();
+    let log_path = cluster_dir().join(format!(
+        "nodes/{}/pod-logs/{ns}_{first}_{}/{}/0.log",
+        node_of(&pod),
+        pod.metadata.uid.as_deref().unwrap(),
+        jumppod::schema::container_name(&config.name)
+    ));
+
+    // Read from one open file: the kubelet removes the pod's log with the pod, which may be
+    // before the last look at its path.
+    let mut log_file = std::fs::File::open(&log_path)
+        .unwrap_or_else(|e| panic!("the pod's log {}: {e}", log_path.display()));
+
+    let mut session = Session::open(key, &ip.to_string(), 22);
+    session.still_open_after(0, "once opened").await;
+    // The stranger: sshd's banner read, its own sent, then silence.
+    let mut stranger = tokio::net::TcpStream::connect((ip, 22))
+        .await
+        .expect("a connection to the pod's sshd");
+    let mut banner = [0u8; 64];
+    let read = tokio::io::AsyncReadExt::read(&mut stranger, &mut banner)
+        .await
+        .unwrap();
+    assert!(banner[..read].starts_with(b"SSH-2.0-"), "{banner:?}");
+    tokio::io::AsyncWriteExt::write_all(&mut stranger, b"SSH-2.0-stranger\r\n")
+        .await
+        .unwrap();
+
+    pods_api
+        .delete(&first, &Default::default())
+        .await
+        .expect("delete the pod");
+    let stopped = Instant::now();
+    let before = session.lines();
+    let handover = Duration::from_secs(u64::from(HANDOVER));
+    let slack = Duration::from_secs(3);
+    // Every 200 ms: a new connection to sshd, the pod's Ready condition, its log; the session
+    // ended once the pod is Ready False (or long after the handover, for the failure message).
+    let (mut closed, mut unready, mut ended, mut gone) = (None, None, None, None);
+    let (mut accepted, mut log, mut printed) = (0, String::new(), 0);
+    while gone.is_none() {
+        let at = stopped.elapsed();
+        assert!(
+            at < handover + Duration::from_secs(DRAIN + 30),
+            "the pod still exists {at:?} after its deletion; its log:\n{log}"
+        );
+        let connect = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::net::TcpStream::connect((ip, 22)),
+        )
+        .await;
+        match connect {
+            Ok(Ok(_)) if closed.is_none() => accepted += 1,
+            Ok(Ok(_)) => panic!("sshd accepted again at {at:?}, after refusing at {closed:?}"),
+            _ => {
+                closed.get_or_insert(at);
+            }
+        }
+        match pods_api.get_opt(&first).await.unwrap() {
+            None => gone = Some(stopped.elapsed()),
+            Some(p) => {
+                if condition(&p, "Ready").is_some_and(|c| c.status == "False") {
+                    unready.get_or_insert(at);
+                }
+            }
+        }
+        if ended.is_none() && (unready.is_some() || at > handover + Duration::from_secs(15)) {
+            printed = session.lines();
+            session.end();
+            ended = Some(stopped.elapsed());
+        }
+        std::io::Read::read_to_string(&mut log_file, &mut log).expect("read the pod's log");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    std::io::Read::read_to_string(&mut log_file, &mut log).expect("read the pod's log");
+    let (closed, gone) = (closed.expect("sshd never refused"), gone.unwrap());
+    eprintln!(
+        "the stopped pod accepted {accepted} connections, refused from {closed:?}, was Ready \
+         False from {unready:?}, its session ended at {ended:?} (after {printed} lines), the pod \
+         gone at {gone:?} (grace period {} s); its log:\n{log}",
+        u64::from(HANDOVER) + DRAIN
+    );
+    assert!(
+        closed + slack >= handover && closed <= handover + slack,
+        "sshd stopped accepting {closed:?} after the deletion, not at the end of the {handover:?} handover"
+    );
+    let unready = unready.expect("the pod was never Ready False");
+    assert!(
+        unready >= closed && unready <= closed + Duration::from_secs(3 * 2) + slack,
+        "Ready turned False {unready:?} after the deletion; sshd stopped accepting at {closed:?}"
+    );
+    assert!(
+        (printed - before) as u64 + 2 >= handover.as_secs(),
+        "the session printed {} lines (one a second) between the deletion and the pod Ready False",
+        printed - before
+    );
+    for line in TERMINATING {
+        assert!(
+            log.contains(line),
+            "{line:?} missing from the pod's log:\n{log}"
+        );
+    }
+    let ended = ended.unwrap();
+    assert!(
+        gone <= ended + Duration::from_secs(5),
+        "the pod ended {gone:?} after its deletion, its last session {ended:?}"
+    );
+    drop(stranger);
 }

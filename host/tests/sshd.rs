@@ -12,13 +12,15 @@
 
 mod sshd_support;
 
-use jumppod_plan::manifest::{AUTHORIZED_KEYS_ENV, KEYS_MERGE_SECONDS, KEYS_MOUNT, SSHD_SCRIPT};
+use jumppod_plan::manifest::{
+    AUTHORIZED_KEYS_ENV, HANDOVER_SECONDS, KEYS_MERGE_SECONDS, KEYS_MOUNT, SSHD_SCRIPT,
+};
 use jumppod_plan::public_key::PublicKey;
 use sshd_support::*;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The namespaces' setup, then the start script as the container runs it.
 const CONTAINER: &str = r#"set -e
@@ -53,13 +55,40 @@ impl Pod {
         log: PathBuf,
         image_host_keys: Option<&Path>,
     ) -> Pod {
+        Pod::spawn(
+            &["--mount", "--net"],
+            SSHD_SCRIPT,
+            secret,
+            project_key,
+            log,
+            image_host_keys,
+        )
+    }
+
+    /// A pod that can be stopped as the kubelet stops one: in a PID namespace of its own too,
+    /// the script its PID 1 (and its scan of `/proc` sees the pod's processes only), `script`
+    /// in place of the start script.
+    fn stoppable(secret: &Path, project_key: &str, log: PathBuf, script: &str) -> Pod {
+        let args = ["--mount", "--net", "--pid", "--fork", "--mount-proc"];
+        Pod::spawn(&args, script, secret, project_key, log, None)
+    }
+
+    fn spawn(
+        namespaces: &[&str],
+        script: &str,
+        secret: &Path,
+        project_key: &str,
+        log: PathBuf,
+        image_host_keys: Option<&Path>,
+    ) -> Pod {
         let stderr = std::fs::File::create(&log).unwrap();
         let child = Command::new("unshare")
-            .args(["--mount", "--net", "/bin/sh", "-c", CONTAINER])
+            .args(namespaces)
+            .args(["/bin/sh", "-c", CONTAINER])
             .env("IMAGE_HOST_KEYS", image_host_keys.unwrap_or(Path::new("")))
             .env("SECRET_DIR", secret)
             .env("KEYS_MOUNT", KEYS_MOUNT)
-            .env("JUMPPOD_SCRIPT", SSHD_SCRIPT)
+            .env("JUMPPOD_SCRIPT", script)
             .env(AUTHORIZED_KEYS_ENV, project_key)
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -67,6 +96,47 @@ impl Pod {
             .spawn()
             .expect("unshare");
         Pod { child, log }
+    }
+
+    /// A command run in the pod's network namespace.
+    fn in_net(&self, program: &str) -> Command {
+        let mut command = Command::new("nsenter");
+        command
+            .args(["--target", &self.child.id().to_string(), "--net", program])
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// The titles (command lines) of the pod's sshd processes, as its own `/proc` shows them.
+    fn sshd_titles(&self) -> Vec<String> {
+        let init = self.init();
+        let out = run(Command::new("nsenter")
+            .args(["--target", &init, "--pid", "--mount", "sh", "-c"])
+            .arg("for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done"));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|t| t.starts_with("sshd"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The host's pid of the pod's PID 1: `unshare --fork`'s child.
+    fn init(&self) -> String {
+        let unshare = self.child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+        children
+            .split_whitespace()
+            .next()
+            .expect("unshare's child")
+            .to_owned()
+    }
+
+    /// SIGTERM to the pod's PID 1 (the start script), as the kubelet stops a container:
+    /// `unshare --fork`'s child.
+    fn stop(&self) {
+        run(Command::new("kill").args(["-TERM", &self.init()]));
     }
 
     /// `ssh root@127.0.0.1 true` with `key`, from inside the pod's network namespace; the
@@ -219,4 +289,111 @@ fn a_replaced_pod_keeps_the_users_keys_and_a_removed_key_stops_working_in_the_ru
     );
     drop(pod);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A stopped pod waits for its authenticated sessions and for nothing else: a connection that
+/// never logs in (a scanner on a public NodePort: its banner sent, then silence) would
+/// otherwise hold it for sshd's LoginGraceTime (120 s), and every drain of its node with it.
+/// The handover is shortened to 1 s here (the real 20 s: `real_node.rs`). One session runs a
+/// command for 6 s; the pod must end after it, and within 3 s of it.
+#[test]
+fn a_stopped_pod_waits_for_its_sessions_and_not_for_a_connection_that_never_logs_in() {
+    let dir = test_dir("sessions");
+    let (project, project_pub) = keypair(&dir, "project");
+    let secret = SecretVolume::new(dir.join("secret"));
+    let handover = format!("sleep {HANDOVER_SECONDS} ");
+    assert!(SSHD_SCRIPT.contains(&handover), "{SSHD_SCRIPT}");
+    let script = SSHD_SCRIPT.replace(&handover, "sleep 1 ");
+    let mut pod = Pod::stoppable(&secret.dir, &project_pub, dir.join("pod.log"), &script);
+    pod.until(&project, 0, Duration::from_secs(30));
+
+    let scanner = pod
+        .in_net("bash")
+        .args([
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/22; printf 'SSH-2.0-scanner\\r\\n' >&3; sleep 120",
+        ])
+        .spawn()
+        .expect("bash");
+    let _scanner = Killed(scanner);
+    let options = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR";
+    let mut session = pod
+        .in_net("ssh")
+        .args(options.split(' '))
+        .arg("-i")
+        .arg(&project)
+        .args(["root@127.0.0.1", "sleep 6"])
+        .spawn()
+        .expect("ssh");
+    // Both connections are in: the session's process, and the scanner's, before
+    // authentication (OpenSSH 9.2 titles them `sshd: root@notty` and `sshd: [net]`).
+    let titles = wait_until(Duration::from_secs(20), || {
+        let titles = pod.sshd_titles();
+        let session = titles.iter().any(|t| t.contains("root@"));
+        let scanner = titles.iter().any(|t| t.contains("[net]"));
+        (session && scanner).then_some(titles)
+    });
+    println!("sshd's processes before the stop: {titles:?}");
+    pod.stop();
+    let stopped = Instant::now();
+    let session_status = session.wait().unwrap();
+    let session_ended = Instant::now();
+    assert!(
+        session_status.success(),
+        "the session ran its command to the end: {session_status}"
+    );
+    let exited = loop {
+        if let Some(status) = pod.child.try_wait().unwrap() {
+            break (Instant::now(), status);
+        }
+        assert!(
+            session_ended.elapsed() < Duration::from_secs(15),
+            "the pod still runs {:?} after its only session ended; its log:\n{}",
+            session_ended.elapsed(),
+            std::fs::read_to_string(&pod.log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = std::fs::read_to_string(&pod.log).unwrap_or_default();
+    println!(
+        "stopped: the session ended {:?} later, the pod {:?} after the session ({})",
+        session_ended - stopped,
+        exited.0 - session_ended,
+        exited.1
+    );
+    assert!(
+        exited.0 - session_ended <= Duration::from_secs(3),
+        "the pod ended {:?} after its session; log:\n{log}",
+        exited.0 - session_ended
+    );
+    assert!(exited.1.success(), "{}: {log}", exited.1);
+    for line in [
+        "jumppod: terminating: accepting for 20 s more, then sessions only",
+        "jumppod: terminating: no session left",
+    ] {
+        assert!(log.contains(line), "{line:?} in the pod's log:\n{log}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A child process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `check` every 100 ms until it gives Some, at most `limit`.
+fn wait_until<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(start.elapsed() < limit, "nothing after {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

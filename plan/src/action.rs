@@ -31,16 +31,36 @@ pub enum Action {
     },
     /// Marks a pod to be replaced before its node goes ([`crate::surge`]): annotated retiring,
     /// with the lowest deletion cost. Pods of a ReplicaSet never reuse a name.
+    /// `resource_version`: the pod's as decided on (a pod changed since refuses the write).
     RetirePod {
         name: String,
         why: String,
+        resource_version: Option<String>,
+    },
+    /// Takes back the retiring mark and its deletion cost from a pod whose node is staying
+    /// after all ([`crate::surge`]).
+    WithdrawRetiring {
+        name: String,
+        why: String,
+        resource_version: Option<String>,
+    },
+    /// Deletes a retiring pod the ReplicaSet controller kept when the surge scaled back, only
+    /// if it still has this uid.
+    DeleteRetiringPod {
+        name: String,
+        uid: String,
+        why: String,
     },
     /// Sets a ReplicaSet's replicas; `surged_from`: the count before a surge, recorded on it
-    /// (None: the record removed).
+    /// with `replicas` as the count the controller set (None: the record removed);
+    /// `retired`: the uids of the retiring pods this scale is to remove, recorded on it (empty:
+    /// the record removed); `resource_version`: the ReplicaSet's as decided on.
     ScaleReplicaSet {
         name: String,
         replicas: i32,
         surged_from: Option<i32>,
+        retired: Vec<String>,
+        resource_version: Option<String>,
         why: String,
     },
     /// Creates a pod: a bare jump pod made again under its name, or its standby
@@ -96,7 +116,13 @@ impl fmt::Display for Action {
                     (None, None) => write!(f, " (NodePort allocated by the cluster)"),
                 }
             }
-            Action::RetirePod { name, why } => write!(f, "mark pod {name} retiring ({why})"),
+            Action::RetirePod { name, why, .. } => write!(f, "mark pod {name} retiring ({why})"),
+            Action::WithdrawRetiring { name, why, .. } => {
+                write!(f, "withdraw the retiring mark of pod {name} ({why})")
+            }
+            Action::DeleteRetiringPod { name, why, .. } => {
+                write!(f, "delete retiring pod {name} ({why})")
+            }
             Action::ScaleReplicaSet {
                 name,
                 replicas,
@@ -369,6 +395,15 @@ enum ActionRecord<'a> {
         name: &'a str,
         why: &'a str,
     },
+    WithdrawRetiring {
+        name: &'a str,
+        why: &'a str,
+    },
+    DeleteRetiringPod {
+        name: &'a str,
+        uid: &'a str,
+        why: &'a str,
+    },
     #[serde(rename_all = "camelCase")]
     ScaleReplicaSet {
         name: &'a str,
@@ -427,12 +462,19 @@ impl Serialize for Action {
                 node_port: node_port(service),
                 keeps_port: *keeps_port,
             },
-            Action::RetirePod { name, why } => ActionRecord::RetirePod { name, why },
+            Action::RetirePod { name, why, .. } => ActionRecord::RetirePod { name, why },
+            Action::WithdrawRetiring { name, why, .. } => {
+                ActionRecord::WithdrawRetiring { name, why }
+            }
+            Action::DeleteRetiringPod { name, uid, why } => {
+                ActionRecord::DeleteRetiringPod { name, uid, why }
+            }
             Action::ScaleReplicaSet {
                 name,
                 replicas,
                 surged_from,
                 why,
+                ..
             } => ActionRecord::ScaleReplicaSet {
                 name,
                 replicas: *replicas,

@@ -213,6 +213,8 @@ pub fn decide(
             Action::DeletePod { .. } => true,
             Action::DeleteService { .. } | Action::CreateService { .. } => has_rs,
             Action::RetirePod { .. }
+            | Action::WithdrawRetiring { .. }
+            | Action::DeleteRetiringPod { .. }
             | Action::ScaleReplicaSet { .. }
             | Action::CreatePod { .. }
             | Action::DeleteStandby { .. }
@@ -437,6 +439,8 @@ pub fn applied_note(action: &Action) -> Note {
         Action::CreateService { .. } => "ServiceCreated",
         Action::CreateNamespace(_) | Action::CreateReplicaSet(_) => "Created",
         Action::RetirePod { .. } => "Retiring",
+        Action::WithdrawRetiring { .. } => "RetiringWithdrawn",
+        Action::DeleteRetiringPod { .. } => "RetiringPodDeleted",
         Action::ScaleReplicaSet {
             surged_from: Some(_),
             ..

@@ -52,9 +52,14 @@ pub const KEYS_FILE: &str = "/etc/ssh/jumppod/authorized_keys";
 ///    while the Service has no ready one (KEP-1669): so a connection is accepted here while the
 ///    replacement starts, and while the endpoints' change reaches every node's kube-proxy;
 /// 2. stops the listener (new connections go to the replacement; the probe fails);
-/// 3. waits for the sessions (every process left whose name starts with `sshd`) to end, checked
-///    each second; the kubelet ends those still open when the grace period, the handover plus
-///    the configured session drain, runs out.
+/// 3. waits for the sessions to end, checked each second; the kubelet ends those still open
+///    when the grace period, the handover plus the configured session drain, runs out. A
+///    session is an sshd process (its name starts with `sshd`: OpenSSH 9.8 on runs
+///    `sshd-session` per connection) of an authenticated connection: sshd titles those
+///    `root@notty`, `root@pts/0` or `root` (a jump with no session channel), and the rest with
+///    a bracket: `[listener]`, `[accepted]`, `[net]`, `[priv]`. A connection that never
+///    authenticates (a scanner on a public NodePort) does not hold the pod for sshd's
+///    LoginGraceTime (120 s); it ends with the container.
 ///
 /// If sshd exits on its own, the container exits with its status and the kubelet restarts it.
 pub const SSHD_SCRIPT: &str = r#"set -e
@@ -89,7 +94,10 @@ wait "$listener" || true
 sessions() {
   for comm in /proc/[0-9]*/comm; do
     read -r process 2>/dev/null < "$comm" || continue
-    case "$process" in sshd*) return 0 ;; esac
+    case "$process" in sshd*) ;; *) continue ;; esac
+    title=
+    read -r title 2>/dev/null < "${comm%/comm}/cmdline" || :
+    case "$title" in ""|*"["*) ;; *) return 0 ;; esac
   done
   return 1
 }

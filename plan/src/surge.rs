@@ -4,15 +4,37 @@
 //! replica either never holds a drain or holds it forever. So the controller does it:
 //!
 //! 1. a Ready pod on a node going away is marked *retiring* ([`RETIRING_ANNOTATION`]) with the
-//!    lowest deletion cost, and the ReplicaSet gets one replica more, recorded on it
-//!    ([`SURGED_FROM_ANNOTATION`]); the scheduler keeps the new pod off the cordoned node;
-//! 2. once as many pods as before are Ready elsewhere, the ReplicaSet goes back to its count.
-//!    It removes the retiring pod: among Ready pods the ReplicaSet controller deletes the one
-//!    with the lowest `controller.kubernetes.io/pod-deletion-cost` first (without it, the one
-//!    Ready the shortest time: the new pod). The old pod's own handover (the start script's)
-//!    covers the moment kube-proxy takes to learn of it;
-//! 3. if the retiring pods went another way (a drain evicted them first), the ReplicaSet goes
-//!    back to its count all the same.
+//!    lowest deletion cost, and the ReplicaSet gets one replica more per retiring pod, at most
+//!    twice its own count; the counts before and after are recorded on it
+//!    ([`SURGED_FROM_ANNOTATION`], [`SURGED_TO_ANNOTATION`]); the scheduler keeps the new pods
+//!    off the nodes going away;
+//! 2. once as many pods as before are Ready elsewhere, the ReplicaSet goes back to its count,
+//!    naming the retiring pods that scale is to remove ([`RETIRED_ANNOTATION`]). The
+//!    ReplicaSet controller deletes surplus pods ranked as `ActivePodsWithRanks` ranks them
+//!    (pkg/controller/controller_utils.go): unscheduled first, then Pending < Unknown <
+//!    Running, then not Ready, then the lower `controller.kubernetes.io/pod-deletion-cost`
+//!    (only with the PodDeletionCost feature gate, on by default since 1.22), then more pods
+//!    on the same node, then Ready the shortest time. Among Ready pods the retiring ones go
+//!    first by their cost. The old pod's own handover (the start script's) covers the moment
+//!    kube-proxy takes to learn of it;
+//! 3. a retiring pod still active once the ReplicaSet has no surplus left was kept by that
+//!    ranking (the gate off, or the replacement not Ready at that moment): it is deleted by
+//!    its uid, and the ReplicaSet replaces it while it hands over. Surging again would end
+//!    the same way;
+//! 4. if the retiring pods went another way (a drain evicted them first), the ReplicaSet goes
+//!    back once as many pods are Ready as before: a drain that evicts at once makes a
+//!    replacement of its own beside the surge's, and the ranking then keeps the one that is
+//!    Ready, not the one created first;
+//! 5. a mark the controller set because of the node is withdrawn when the node stays after all
+//!    (uncordoned, the autoscaler's taint removed) and no replacement is Ready yet: the old pod
+//!    keeps its sessions, and the ReplicaSet goes back, removing the replacement that is not
+//!    Ready;
+//! 6. a count on the ReplicaSet other than the one the controller set is someone else's (a
+//!    `kubectl scale` during the surge): the record is dropped and that count is the new base.
+//!
+//! Every write carries the resourceVersion of the object it was decided on: an object changed
+//! meanwhile refuses it (409 Conflict), and the change it saw makes the controller decide
+//! again.
 //!
 //! A pod marked retiring by hand (`kubectl annotate pod ... jumppod.io/retiring=why`) is replaced
 //! the same way, wherever it runs: how an operator rolls a new template without an outage.
@@ -25,31 +47,47 @@ use crate::action::Action;
 use crate::objects::{annotation, is_active, is_ready, name_of};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// On a pod being replaced before its node goes away: why.
 pub const RETIRING_ANNOTATION: &str = "jumppod.io/retiring";
 /// On a ReplicaSet the controller surged: its replicas before the surge.
 pub const SURGED_FROM_ANNOTATION: &str = "jumppod.io/surged-from";
+/// On a ReplicaSet the controller surged: the replicas it set. Another count there was set by
+/// someone else, whose decision it is.
+pub const SURGED_TO_ANNOTATION: &str = "jumppod.io/surged-to";
+/// On a ReplicaSet the controller scaled back: the uids of the retiring pods that scale was
+/// to remove (comma-separated), kept until the next surge.
+pub const RETIRED_ANNOTATION: &str = "jumppod.io/retired";
 /// The ReplicaSet controller deletes pods of a lower cost first when it scales down
 /// (Kubernetes' PodDeletionCost, on by default since 1.22).
 pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// The cost of a retiring pod: below any a user would set to keep a pod.
 pub const RETIRING_COST: &str = "-1000";
 
-/// The taints that say a node is going away, and what each means.
-const LEAVING_TAINTS: [(&str, &str); 3] = [
+/// The taints that say a node is going away: key, the value that says so (None: any) and
+/// what it means.
+const LEAVING_TAINTS: [(&str, Option<&str>, &str); 4] = [
     (
         "node.kubernetes.io/unschedulable",
+        None,
         "is cordoned (taint node.kubernetes.io/unschedulable)",
     ),
     (
         "ToBeDeletedByClusterAutoscaler",
+        None,
         "is being removed by the cluster autoscaler (taint ToBeDeletedByClusterAutoscaler)",
     ),
     (
         "karpenter.sh/disrupted",
+        None,
         "is being removed by Karpenter (taint karpenter.sh/disrupted)",
+    ),
+    // Karpenter before v1.
+    (
+        "karpenter.sh/disruption",
+        Some("disrupting"),
+        "is being removed by Karpenter (taint karpenter.sh/disruption=disrupting)",
     ),
 ];
 
@@ -63,275 +101,288 @@ pub fn leaving(node: &Node) -> Option<String> {
     spec.taints.iter().flatten().find_map(|taint| {
         LEAVING_TAINTS
             .iter()
-            .find(|(key, _)| *key == taint.key)
-            .map(|(_, why)| (*why).to_owned())
+            .find(|(key, value, _)| {
+                *key == taint.key && value.is_none_or(|v| taint.value.as_deref() == Some(v))
+            })
+            .map(|(_, _, why)| (*why).to_owned())
     })
+}
+
+/// The mark the controller sets on a pod because its node is going away. Its start names the
+/// node, so that the mark can be told from one set by hand and withdrawn when the node stays.
+fn node_mark(node: &str, why: &str) -> String {
+    format!("its node {node} {why}")
+}
+
+fn is_node_mark(mark: &str, node: &str) -> bool {
+    mark.strip_prefix("its node ")
+        .and_then(|rest| rest.strip_prefix(node))
+        .is_some_and(|rest| rest.starts_with(' '))
+}
+
+/// The surge recorded on a ReplicaSet: the count before it and the count the controller set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Record {
+    from: i32,
+    to: i32,
+}
+
+impl Record {
+    /// The record on `rs`, if any; `replicas`: its count now. A record without `surged-to`
+    /// (an earlier build wrote `surged-from` alone) is taken as the count now.
+    fn of(rs: &ReplicaSet, replicas: i32) -> Option<Option<Record>> {
+        let from = annotation(&rs.metadata, SURGED_FROM_ANNOTATION)?;
+        let to = annotation(&rs.metadata, SURGED_TO_ANNOTATION);
+        let parse = |v: &str| v.trim().parse::<i32>().ok().filter(|n| *n >= 0);
+        // Present but unreadable: a record all the same, which nobody could have meant.
+        Some(
+            parse(from)
+                .zip(to.map_or(Some(replicas), parse))
+                .map(|(from, to)| Record { from, to }),
+        )
+    }
+}
+
+/// How the surge bounds itself: one replica per retiring pod, at most twice the ReplicaSet's
+/// own count (a replacement whose node goes away too is replaced in turn; a mark on every pod
+/// cannot grow the ReplicaSet without end).
+fn surge_for(retiring: usize, base: i32) -> i32 {
+    i32::try_from(retiring)
+        .unwrap_or(i32::MAX)
+        .min(base.saturating_mul(2))
 }
 
 /// What the controller writes so that the pods of `rs` on nodes going away (`leaving`: node
 /// name, why) are replaced before they go.
 pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>) -> Vec<Action> {
     let name = name_of(&rs.metadata);
+    let rs_version = rs.metadata.resource_version.clone();
     let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let surged_from = annotation(&rs.metadata, SURGED_FROM_ANNOTATION)
-        .and_then(|v| v.parse::<i32>().ok())
-        .filter(|n| *n >= 0);
-    let base = surged_from.unwrap_or(replicas);
+    let record = Record::of(rs, replicas);
+    // A record whose count is still the one the controller set; any other is dropped.
+    let ours = record
+        .flatten()
+        .filter(|r| r.to == replicas && r.to > r.from);
+    let base = ours.map_or(replicas, |r| r.from);
+    let scale = |replicas: i32, surged_from: Option<i32>, retired: Vec<String>, why: String| {
+        Action::ScaleReplicaSet {
+            name: name.to_owned(),
+            replicas,
+            surged_from,
+            retired,
+            resource_version: rs_version.clone(),
+            why,
+        }
+    };
+    let foreign = record.is_some() && ours.is_none();
+    let dropped = || {
+        scale(
+            replicas,
+            None,
+            Vec::new(),
+            format!(
+                "its replicas were set to {replicas} by someone else during the surge: the count is theirs, the surge's record is dropped"
+            ),
+        )
+    };
     if base == 0 {
         // Scaled to zero on purpose: nothing serves, nothing to replace.
-        return Vec::new();
-    }
-    let mut actions = Vec::new();
-    let mut retiring = 0;
-    let mut ready_elsewhere = 0;
-    let mut unpriced = false;
-    for pod in pods.iter().filter(|p| is_active(p)) {
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        let going = node.and_then(|n| leaving.get(n).map(|why| (n, why)));
-        if let Some(why) = annotation(&pod.metadata, RETIRING_ANNOTATION) {
-            retiring += 1;
-            // Marked by hand, without the cost: without it the ReplicaSet would delete the
-            // replacement (the pod Ready the shortest time) when it scales back.
-            if annotation(&pod.metadata, DELETION_COST_ANNOTATION) != Some(RETIRING_COST) {
-                unpriced = true;
-                actions.push(Action::RetirePod {
-                    name: name_of(&pod.metadata).to_owned(),
-                    why: why.to_owned(),
-                });
-            }
-        } else if let Some((node, why)) = going {
-            // A pod not Ready there serves nobody, and the ReplicaSet removes it before any
-            // Ready one when it scales back: it needs no mark.
-            if is_ready(pod) {
-                retiring += 1;
-                actions.push(Action::RetirePod {
-                    name: name_of(&pod.metadata).to_owned(),
-                    why: format!("its node {node} {why}"),
-                });
-            }
-        } else if is_ready(pod) {
-            ready_elsewhere += 1;
-        }
-    }
-    if retiring > 0 {
-        // Back only once every retiring pod has the lowest cost (this round's marks are
-        // written before the scale, but the cache shows them only on the next reconcile).
-        let (target, why) = if ready_elsewhere >= base && !unpriced {
-            (base, "the replacement is Ready: the retiring pod goes")
+        return if record.is_some() {
+            vec![dropped()]
         } else {
-            (
-                base + 1,
-                "a replacement starts before the retiring pod goes",
-            )
+            Vec::new()
         };
-        let record = (target > base).then_some(base);
-        // Not while a replacement is Ready and waits only for the marks: no surge beyond it.
-        let waiting_for_marks = unpriced && ready_elsewhere >= base;
-        if (target != replicas || record != surged_from) && !waiting_for_marks {
-            actions.push(Action::ScaleReplicaSet {
-                name: name.to_owned(),
-                replicas: target,
-                surged_from: record,
-                why: why.into(),
-            });
+    }
+
+    let pods = Sorted::of(pods, leaving, base);
+    let mut actions: Vec<Action> = pods.withdrawn.iter().map(|p| withdraw(p)).collect();
+    actions.extend(pods.to_mark.iter().map(|(p, why)| Action::RetirePod {
+        name: name_of(&p.metadata).to_owned(),
+        why: why.clone(),
+        resource_version: p.metadata.resource_version.clone(),
+    }));
+
+    // The retiring pods a scale-back was to remove, still active.
+    let retired: BTreeSet<&str> = annotation(&rs.metadata, RETIRED_ANNOTATION)
+        .map(|v| v.split(',').map(str::trim).collect())
+        .unwrap_or_default();
+    let kept: Vec<&Pod> = pods
+        .marked
+        .iter()
+        .copied()
+        .filter(|p| {
+            p.metadata
+                .uid
+                .as_deref()
+                .is_some_and(|u| retired.contains(u))
+        })
+        .collect();
+    if record.is_none() && !kept.is_empty() {
+        // Once the ReplicaSet has no surplus left, it chose another pod over them.
+        if pods.active <= usize::try_from(replicas).unwrap_or(0) {
+            actions.extend(kept.iter().map(|p| Action::DeleteRetiringPod {
+                name: name_of(&p.metadata).to_owned(),
+                uid: p.metadata.uid.clone().unwrap_or_default(),
+                why: "the ReplicaSet controller kept this retiring pod when it scaled back (is the PodDeletionCost feature gate off?): deleted, so that it is replaced while it hands over".into(),
+            }));
         }
-    } else if let Some(from) = surged_from {
-        actions.push(Action::ScaleReplicaSet {
-            name: name.to_owned(),
-            replicas: from,
-            surged_from: None,
-            why: "no retiring pod is left".into(),
-        });
+        return actions;
+    }
+
+    let retiring = pods.marked.len() + pods.to_mark.len();
+    let priced = pods.to_mark.is_empty();
+    let ready = i32::try_from(pods.ready).unwrap_or(i32::MAX);
+    if retiring > 0 {
+        if ready >= base {
+            // Back only once every retiring pod has the lowest cost (this round's marks are
+            // written before the scale, but the cache shows them only on the next reconcile).
+            if priced {
+                let uids = pods
+                    .marked
+                    .iter()
+                    .filter_map(|p| p.metadata.uid.clone())
+                    .collect();
+                let why = "the replacement is Ready: the retiring pod goes".to_owned();
+                actions.push(scale(base, None, uids, why));
+            }
+        } else {
+            let target = base + surge_for(retiring, base);
+            if ours.is_none_or(|r| r.to != target) {
+                let why = if retiring == 1 {
+                    "a replacement starts before the retiring pod goes".to_owned()
+                } else {
+                    format!(
+                        "replacements start before the {retiring} retiring pods go (one each, at most twice its count)"
+                    )
+                };
+                actions.push(scale(target, Some(base), Vec::new(), why));
+            }
+        }
+    } else if foreign {
+        actions.push(dropped());
+    } else if ours.is_some() {
+        // Without a retiring pod the surplus is removed once as many pods are Ready as
+        // before, so that the ReplicaSet controller removes the ones not Ready yet.
+        if ready >= base || pods.active <= usize::try_from(base).unwrap_or(0) {
+            actions.push(scale(
+                base,
+                None,
+                Vec::new(),
+                "no retiring pod is left".into(),
+            ));
+        }
     }
     actions
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rstest::rstest;
-    use serde_json::{Value, json};
+/// The active pods of a ReplicaSet, sorted by what the surge does with them.
+struct Sorted<'a> {
+    active: usize,
+    /// Retiring, marked with the lowest cost.
+    marked: Vec<&'a Pod>,
+    /// To be marked retiring (or marked by hand and to get the lowest cost), and why.
+    to_mark: Vec<(&'a Pod, String)>,
+    /// Marked because of a node that is staying after all, with no replacement Ready yet.
+    withdrawn: Vec<&'a Pod>,
+    /// Ready, not retiring, on a node that is staying.
+    ready: usize,
+}
 
-    fn node(spec: Value) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": spec})).unwrap()
-    }
-
-    fn rs(replicas: i32, surged_from: Option<i32>) -> ReplicaSet {
-        let annotations = surged_from
-            .map(|n| json!({SURGED_FROM_ANNOTATION: n.to_string()}))
-            .unwrap_or(json!({}));
-        serde_json::from_value(json!({
-            "metadata": {"name": "dstack-main-ssh-jump-pod", "annotations": annotations},
-            "spec": {"replicas": replicas, "selector": {}},
-        }))
-        .unwrap()
-    }
-
-    /// A pod on `node`, Ready or not, retiring or not, terminating or not.
-    fn pod(name: &str, node: &str, ready: bool, retiring: bool, terminating: bool) -> Pod {
-        let mut meta = json!({"name": name});
-        if retiring {
-            meta["annotations"] = json!({
-                RETIRING_ANNOTATION: "its node a is cordoned",
-                DELETION_COST_ANNOTATION: RETIRING_COST,
-            });
-        }
-        if terminating {
-            meta["deletionTimestamp"] = json!("2026-12-03T00:00:00Z");
-        }
-        serde_json::from_value(json!({
-            "metadata": meta,
-            "spec": {"nodeName": node, "containers": []},
-            "status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": if ready { "True" } else { "False" }}
-            ]},
-        }))
-        .unwrap()
-    }
-
-    fn cordoned(nodes: &[&str]) -> BTreeMap<String, String> {
-        nodes
-            .iter()
-            .map(|n| (n.to_string(), "is cordoned (spec.unschedulable)".into()))
-            .collect()
-    }
-
-    /// The scales and retirements of a decision, without their prose.
-    fn outline(actions: &[Action]) -> (Vec<String>, Option<(i32, Option<i32>)>) {
-        let mut retired = Vec::new();
-        let mut scaled = None;
-        for action in actions {
-            match action {
-                Action::RetirePod { name, .. } => retired.push(name.clone()),
-                Action::ScaleReplicaSet {
-                    replicas,
-                    surged_from,
-                    ..
-                } => scaled = Some((*replicas, *surged_from)),
-                other => panic!("not a surge's action: {other}"),
+impl<'a> Sorted<'a> {
+    fn of(pods: &'a [Pod], leaving: &BTreeMap<String, String>, base: i32) -> Sorted<'a> {
+        let mut sorted = Sorted {
+            active: 0,
+            marked: Vec::new(),
+            to_mark: Vec::new(),
+            withdrawn: Vec::new(),
+            ready: 0,
+        };
+        // Marks of a node that is staying: withdrawn unless a replacement is Ready.
+        let mut staying = Vec::new();
+        for pod in pods.iter().filter(|p| is_active(p)) {
+            sorted.active += 1;
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            let going = node.and_then(|n| leaving.get(n).map(|why| (n, why)));
+            if let Some(mark) = annotation(&pod.metadata, RETIRING_ANNOTATION) {
+                if going.is_none() && node.is_some_and(|n| is_node_mark(mark, n)) {
+                    staying.push(pod);
+                } else if annotation(&pod.metadata, DELETION_COST_ANNOTATION) != Some(RETIRING_COST)
+                {
+                    // Marked by hand, without the cost: without it the ReplicaSet would
+                    // delete the replacement (the pod Ready the shortest time) when it scales
+                    // back.
+                    sorted.to_mark.push((pod, mark.to_owned()));
+                } else {
+                    sorted.marked.push(pod);
+                }
+            } else if let Some((node, why)) = going {
+                // A pod not Ready there serves nobody, and the ReplicaSet removes it before any
+                // Ready one when it scales back: it needs no mark.
+                if is_ready(pod) {
+                    sorted.to_mark.push((pod, node_mark(node, why)));
+                }
+            } else if is_ready(pod) {
+                sorted.ready += 1;
             }
         }
-        (retired, scaled)
-    }
-
-    #[rstest]
-    #[case::a_schedulable_node_is_staying(json!({}), None)]
-    #[case::a_cordoned_node_is_leaving(json!({"unschedulable": true}), Some("is cordoned (spec.unschedulable)"))]
-    #[case::the_unschedulable_taint_is_a_cordon(
-        json!({"taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}),
-        Some("is cordoned (taint node.kubernetes.io/unschedulable)")
-    )]
-    #[case::the_cluster_autoscalers_taint_is_a_removal(
-        json!({"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1733000000", "effect": "NoSchedule"}]}),
-        Some("is being removed by the cluster autoscaler (taint ToBeDeletedByClusterAutoscaler)")
-    )]
-    #[case::karpenters_taint_is_a_removal(
-        json!({"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}),
-        Some("is being removed by Karpenter (taint karpenter.sh/disrupted)")
-    )]
-    #[case::another_taint_is_not(json!({"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}), None)]
-    fn a_node_is_leaving_when_cordoned_or_tainted_for_removal(
-        #[case] spec: Value,
-        #[case] why: Option<&str>,
-    ) {
-        assert_eq!(leaving(&node(spec)).as_deref(), why);
-    }
-
-    #[rstest]
-    #[case::a_ready_pod_on_a_cordoned_node_is_retired_and_a_replica_added(
-        vec![pod("old", "a", true, false, false)], rs(1, None),
-        (vec!["old".into()], Some((2, Some(1))))
-    )]
-    #[case::while_the_replacement_starts_nothing_changes(
-        vec![pod("old", "a", true, true, false), pod("new", "b", false, false, false)], rs(2, Some(1)),
-        (vec![], None)
-    )]
-    #[case::the_replacement_ready_the_replicaset_goes_back_to_one(
-        vec![pod("old", "a", true, true, false), pod("new", "b", true, false, false)], rs(2, Some(1)),
-        (vec![], Some((1, None)))
-    )]
-    #[case::scaled_back_and_the_old_pod_terminating_nothing_is_left_to_do(
-        vec![pod("old", "a", true, true, true), pod("new", "b", true, false, false)], rs(1, None),
-        (vec![], None)
-    )]
-    #[case::a_retiring_pod_a_drain_evicted_first_ends_the_surge(
-        vec![pod("old", "a", true, true, true), pod("new", "b", false, false, false), pod("extra", "b", false, false, false)], rs(2, Some(1)),
-        (vec![], Some((1, None)))
-    )]
-    #[case::a_pod_not_ready_on_a_cordoned_node_needs_no_surge(
-        vec![pod("old", "a", false, false, false)], rs(1, None),
-        (vec![], None)
-    )]
-    #[case::a_pod_marked_retiring_by_hand_is_replaced_the_same_way(
-        vec![pod("old", "b", true, true, false)], rs(1, None),
-        (vec![], Some((2, Some(1))))
-    )]
-    #[case::a_ready_pod_elsewhere_is_left_alone(
-        vec![pod("new", "b", true, false, false)], rs(1, None),
-        (vec![], None)
-    )]
-    #[case::a_replicaset_scaled_to_zero_is_not_surged(
-        vec![pod("old", "a", true, false, false)], rs(0, None),
-        (vec![], None)
-    )]
-    #[case::two_replicas_surge_to_three_and_back_to_two(
-        vec![pod("old", "a", true, false, false), pod("other", "b", true, false, false)], rs(2, None),
-        (vec!["old".into()], Some((3, Some(2))))
-    )]
-    fn a_pod_on_a_leaving_node_is_replaced_before_it_goes(
-        #[case] pods: Vec<Pod>,
-        #[case] rs: ReplicaSet,
-        #[case] expected: (Vec<String>, Option<(i32, Option<i32>)>),
-    ) {
-        let actions = decide(&rs, &pods, &cordoned(&["a"]));
-        assert_eq!(outline(&actions), expected, "{actions:?}");
-    }
-
-    /// A pod an operator marked with `kubectl annotate` alone: it gets the lowest cost first,
-    /// and the ReplicaSet goes back only once it has it (without it the ReplicaSet would delete
-    /// the replacement, Ready the shortest time, and the surge would start again).
-    #[rstest]
-    #[case::before_the_surge(vec![], rs(1, None), Some((2, Some(1))))]
-    #[case::with_the_replacement_ready(vec![pod("new", "b", true, false, false)], rs(2, Some(1)), None)]
-    fn a_pod_marked_by_hand_gets_the_lowest_cost_before_the_replicaset_goes_back(
-        #[case] others: Vec<Pod>,
-        #[case] rs: ReplicaSet,
-        #[case] scaled: Option<(i32, Option<i32>)>,
-    ) {
-        let mut marked = pod("old", "b", true, true, false);
-        marked
-            .metadata
-            .annotations
-            .as_mut()
-            .unwrap()
-            .remove(DELETION_COST_ANNOTATION);
-        let pods: Vec<Pod> = std::iter::once(marked).chain(others).collect();
-        let actions = decide(&rs, &pods, &BTreeMap::new());
-        assert_eq!(
-            outline(&actions),
-            (vec!["old".to_owned()], scaled),
-            "{actions:?}"
-        );
-        assert_eq!(
-            actions[0].to_string(),
-            "mark pod old retiring (its node a is cordoned)"
-        );
-    }
-
-    #[test]
-    fn the_retirement_says_which_node_and_why() {
-        let actions = decide(
-            &rs(1, None),
-            &[pod("old", "a", true, false, false)],
-            &cordoned(&["a"]),
-        );
-        assert_eq!(
-            actions[0].to_string(),
-            "mark pod old retiring (its node a is cordoned (spec.unschedulable))"
-        );
-        assert_eq!(
-            actions[1].to_string(),
-            "scale replicaset dstack-main-ssh-jump-pod to 2 (a replacement starts before the retiring pod goes)"
-        );
+        if i32::try_from(sorted.ready).unwrap_or(i32::MAX) < base {
+            sorted.ready += staying.iter().filter(|p| is_ready(p)).count();
+            sorted.withdrawn = staying;
+        } else {
+            // A replacement is Ready: the swap is as good as done, and goes on.
+            sorted.marked.extend(staying);
+        }
+        sorted
     }
 }
+
+fn withdraw(pod: &Pod) -> Action {
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default();
+    Action::WithdrawRetiring {
+        name: name_of(&pod.metadata).to_owned(),
+        why: format!("its node {node} is staying and no replacement is Ready yet"),
+        resource_version: pod.metadata.resource_version.clone(),
+    }
+}
+
+/// The address to give jobs for the NodePort when `hostname` is not configured: the
+/// ExternalIP of a node that is staying, the first of `preferred` (the nodes of the Ready jump
+/// pods, newest first) that has one, else of any node that is staying. A job keeps that
+/// address for its whole life, so a node going away is given only when no other has an
+/// ExternalIP.
+pub fn job_address(preferred: &[&str], nodes: &[Node]) -> Option<String> {
+    let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (name_of(&n.metadata), n)).collect();
+    let ordered = preferred
+        .iter()
+        .filter_map(|name| by_name.get(name).copied())
+        .chain(nodes.iter());
+    let mut fallback = None;
+    for node in ordered {
+        let Some(ip) = external_ip(node) else {
+            continue;
+        };
+        if leaving(node).is_none() {
+            return Some(ip);
+        }
+        fallback.get_or_insert(ip);
+    }
+    fallback
+}
+
+/// A node's first ExternalIP.
+pub fn external_ip(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .find(|a| a.type_ == "ExternalIP")
+        .map(|a| a.address.clone())
+}
+
+#[cfg(test)]
+mod tests;

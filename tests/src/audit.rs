@@ -32,6 +32,11 @@ impl Audit {
     /// still being written at the end, is no whole event and is skipped: the first was received
     /// before the mark, the second after this read.
     fn received(&self, from: u64) -> Vec<Value> {
+        self.events(from, "RequestReceived")
+    }
+
+    /// The events of `stage` after `from`.
+    fn events(&self, from: u64, stage: &str) -> Vec<Value> {
         let mut text = Vec::new();
         if let Ok(mut file) = std::fs::File::open(&self.path) {
             file.seek(SeekFrom::Start(from))
@@ -41,7 +46,7 @@ impl Audit {
         String::from_utf8_lossy(&text)
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["stage"] == "RequestReceived")
+            .filter(|e| e["stage"] == stage)
             .collect()
     }
 
@@ -65,6 +70,20 @@ impl Audit {
                     || (e["objectRef"]["resource"] == "namespaces" && e["objectRef"]["name"] == ns)
             })
             .map(Audit::line)
+            .collect()
+    }
+
+    /// The status code and `verb requestURI` of each request `user` made after `from` that has
+    /// been answered (its `ResponseComplete` event, written once the answer is: unlike
+    /// [`Audit::by_user`], a caller must wait for it), in the order they were answered.
+    pub fn answered_by_user(&self, from: u64, user: &str) -> Vec<(u16, String)> {
+        self.events(from, "ResponseComplete")
+            .iter()
+            .filter(|e| e["user"]["username"] == user)
+            .map(|e| {
+                let code = e["responseStatus"]["code"].as_u64().unwrap_or(0);
+                (u16::try_from(code).unwrap_or(0), Audit::line(e))
+            })
             .collect()
     }
 

@@ -14,6 +14,7 @@ mod leases;
 mod metrics;
 mod queue;
 mod reconcile;
+mod synced;
 mod watches;
 
 use crate::error::HostError;

@@ -67,11 +67,23 @@ impl<M: Default> Queue<M> {
     }
 
     /// The next project to reconcile and its memory, while fewer than `concurrency` run.
+    #[cfg(test)]
     pub(super) fn start(&mut self, concurrency: usize) -> Option<(ProjectKey, M)> {
+        self.start_if(concurrency, |_| true)
+    }
+
+    /// [`Queue::start`] of the first pending project `may` lets start (its caches are whole);
+    /// the others stay pending.
+    pub(super) fn start_if(
+        &mut self,
+        concurrency: usize,
+        may: impl Fn(&ProjectKey) -> bool,
+    ) -> Option<(ProjectKey, M)> {
         if self.running.len() >= concurrency.max(1) {
             return None;
         }
-        let key = self.pending.pop_first()?;
+        let key = self.pending.iter().find(|k| may(k))?.clone();
+        self.pending.remove(&key);
         let memory = self.memory.remove(&key).unwrap_or_default();
         self.running.insert(key.clone());
         Some((key, memory))
@@ -111,7 +123,9 @@ pub(super) struct Pace {
     pub(super) max_backoff: Duration,
 }
 
-/// Runs reconciles from the triggers until the channel closes (or the task is aborted).
+/// Runs reconciles from the triggers until the channel closes (or the task is aborted); a
+/// project's waits while a watch its decision reads lists ([`super::synced`]): its triggers
+/// queue meanwhile.
 pub(super) async fn work(
     ctx: Arc<Context>,
     options: Pace,
@@ -121,8 +135,12 @@ pub(super) async fn work(
     let mut queue: Queue<Memory> = Queue::default();
     let mut projects = Projects::default();
     let mut tasks: JoinSet<(ProjectKey, Memory, Result<Option<State>, HostError>)> = JoinSet::new();
+    let mut lists = ctx.caches.synced.subscribe();
     loop {
-        while let Some((key, mem)) = queue.start(options.concurrency) {
+        let whole = lists.borrow_and_update().clone();
+        while let Some((key, mem)) =
+            queue.start_if(options.concurrency, |key| whole.synced_for(&key.namespace))
+        {
             let ctx = ctx.clone();
             tasks.spawn(async move {
                 let (mem, result) = reconcile(&ctx, &key, mem).await;
@@ -130,6 +148,7 @@ pub(super) async fn work(
             });
         }
         tokio::select! {
+            changed = lists.changed() => if changed.is_err() { return },
             trigger = rx.recv() => {
                 let Some(trigger) = trigger else { return };
                 match trigger {
@@ -300,6 +319,19 @@ mod tests {
         assert_eq!(queue.start(2).map(|(k, _)| k), Some(key("a")));
         assert_eq!(queue.place(&key("c")), Place::Pending);
     }
+    #[test]
+    fn a_project_whose_caches_are_listing_waits_and_the_others_start() {
+        let mut queue: Queue<()> = Queue::default();
+        queue.enqueue(key("a"), false);
+        queue.enqueue(key("b"), false);
+        let listing = key("a");
+        let started = queue.start_if(2, |k| *k != listing).map(|(k, _)| k);
+        assert_eq!(started, Some(key("b")));
+        assert_eq!(queue.start_if(2, |k| *k != listing), None);
+        assert_eq!(queue.place(&key("a")), Place::Pending);
+        assert_eq!(queue.start_if(2, |_| true).map(|(k, _)| k), Some(key("a")));
+    }
+
     #[test]
     fn backoff_doubles_up_to_the_cap_and_never_falls_below_half() {
         let first = Duration::from_millis(100);

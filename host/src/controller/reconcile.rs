@@ -5,7 +5,7 @@ use super::events;
 use super::metrics::{ActionLabel, Metrics, ResultLabel};
 use super::watches::Caches;
 use crate::api::{Kube, Op, explain};
-use crate::apply::apply;
+use crate::apply::{ActionOutcome, apply};
 use crate::error::HostError;
 use jumppod_plan::config::RawConfig;
 use jumppod_plan::controller::{self as decisions, Note, ProjectKey, SeenPort, Severity, State};
@@ -68,7 +68,15 @@ pub(super) async fn reconcile(
         };
         mem.remembered = decision.remember.clone();
         let kube = Kube::new(ctx.write.clone(), ctx.timeout);
-        let applied = apply(&kube, &key.namespace, &decision.actions).await?;
+        let mut applied = apply(&kube, &key.namespace, &decision.actions).await?;
+        // A write refused as stale changed nothing: the change it met decides again.
+        applied.retain(|a| {
+            let stale = a.outcome == ActionOutcome::Stale;
+            if stale {
+                tracing::info!(action = %a.action, "the object changed since this was decided: deciding again on the change");
+            }
+            !stale
+        });
         // The keys of the live jobs, into the Secret every jump pod merges: read and written
         // only when they changed since the last write (or were never written and there are some).
         let granted = &decision.granted;
@@ -100,6 +108,10 @@ pub(super) async fn reconcile(
                         jumppod_plan::action::Action::DeleteService { .. } => "delete-service",
                         jumppod_plan::action::Action::CreateService { .. } => "create-service",
                         jumppod_plan::action::Action::RetirePod { .. } => "retire-pod",
+                        jumppod_plan::action::Action::WithdrawRetiring { .. } => {
+                            "withdraw-retiring"
+                        }
+                        jumppod_plan::action::Action::DeleteRetiringPod { .. } => "delete-pod",
                         jumppod_plan::action::Action::ScaleReplicaSet { .. } => "scale-replicaset",
                         jumppod_plan::action::Action::CreatePod { pod, .. }
                             if pod.metadata.name.is_some() =>

@@ -2,8 +2,10 @@
 //! each watched namespace, or of every namespace, and the caches they fill; each change names
 //! the projects it concerns. Beside them, when RBAC allows it, a watch of the nodes: a node
 //! that starts or stops going away (cordoned, tainted for removal) names the projects with a
-//! pod on it.
+//! pod on it. Each watch says when it lists ([`Synced`]): no decision is made from the caches
+//! while one does.
 
+use super::synced::{Synced, Watch};
 use futures::{Stream, StreamExt, TryStreamExt};
 use jumppod_plan::controller::{self as decisions, ProjectKey};
 use jumppod_plan::planner::Observed;
@@ -32,19 +34,27 @@ pub(super) fn start(
         Some(list) => list.iter().map(|ns| Some(ns.as_str())).collect(),
         None => vec![None],
     };
+    let mut watches: Vec<Watch> = scopes
+        .iter()
+        .flat_map(|ns| KINDS.map(|kind| watch_of(kind, *ns)))
+        .collect();
+    if watch_nodes {
+        watches.push(watch_of(NODES, None));
+    }
     let mut caches = Caches {
         scopes: Vec::new(),
         nodes: None,
         silence: None,
+        synced: Synced::new(watches),
     };
     let mut streams = Vec::new();
     for ns in scopes {
-        let (scope, stream) = start_scope(client, ns);
+        let (scope, stream) = start_scope(client, ns, &caches.synced);
         caches.scopes.push(scope);
         streams.push(stream);
     }
     if watch_nodes {
-        let (nodes, stream) = start_nodes(client);
+        let (nodes, stream) = start_nodes(client, caches.synced.clone());
         caches.nodes = Some(nodes);
         streams.push(stream);
     }
@@ -58,6 +68,18 @@ pub(super) fn start(
         );
     }
     (caches, futures::stream::select_all(streams))
+}
+
+/// The kinds watched in each namespace, as their watches are named.
+const KINDS: [&str; 3] = ["replicasets", "services", "pods"];
+const NODES: &str = "nodes";
+
+/// A watch of `kind` in `namespace` (None: in every namespace, or nodes), for [`Synced`].
+fn watch_of(kind: &'static str, namespace: Option<&str>) -> Watch {
+    Watch {
+        kind,
+        namespace: namespace.map(str::to_owned),
+    }
 }
 
 /// Whether the controller may watch nodes (a ClusterRole `jumppod rbac --controller` prints):
@@ -88,6 +110,7 @@ pub(super) async fn may_watch_nodes(client: &Client) -> bool {
 /// node, whose projects are found in the pod caches.
 fn start_nodes(
     client: &Client,
+    synced: Synced,
 ) -> (
     Store<Node>,
     futures::stream::BoxStream<'static, Result<Vec<Trigger>, watcher::Error>>,
@@ -119,8 +142,14 @@ fn start_nodes(
             seen.insert(name, (jumppod_plan::surge::leaving(&node), lost(&node)));
             Vec::new()
         }
-        watcher::Event::InitDone => vec![Trigger::All],
-        watcher::Event::Init => Vec::new(),
+        watcher::Event::InitDone => {
+            synced.listed(&watch_of(NODES, None));
+            vec![Trigger::All]
+        }
+        watcher::Event::Init => {
+            synced.listing(&watch_of(NODES, None));
+            Vec::new()
+        }
     });
     (nodes, stream.boxed())
 }
@@ -170,6 +199,7 @@ fn slim_node(node: &mut Node) {
 fn start_scope(
     client: &Client,
     ns: Option<&str>,
+    synced: &Synced,
 ) -> (
     Scope,
     futures::stream::BoxStream<'static, Result<Vec<Trigger>, watcher::Error>>,
@@ -181,11 +211,16 @@ fn start_scope(
     // for the cache, and it sets a fresh controller's peak memory.
     let unfiltered = watcher::Config::default().page_size(LIST_PAGE);
     let labelled = unfiltered.clone().labels(decisions::WATCH_SELECTOR);
+    let listing = |kind| Listing {
+        synced: synced.clone(),
+        watch: watch_of(kind, ns),
+    };
     let streams = futures::stream::select_all([
         watch(
             api::<ReplicaSet>(client, ns),
             labelled.clone(),
             rs_writer,
+            listing(KINDS[0]),
             |rs| ProjectKey::of_replicaset(rs).is_some(),
             decisions::slim_replicaset,
             |rs| ProjectKey::of_replicaset(rs).into_iter().collect(),
@@ -195,6 +230,7 @@ fn start_scope(
             api::<Service>(client, ns),
             unfiltered,
             svc_writer,
+            listing(KINDS[1]),
             |s| ProjectKey::of_service(s).is_some(),
             decisions::slim_service,
             |s| ProjectKey::of_service(s).into_iter().collect(),
@@ -204,6 +240,7 @@ fn start_scope(
             api::<Pod>(client, ns),
             labelled,
             pod_writer,
+            listing(KINDS[2]),
             |p| !ProjectKey::of_pod(p).is_empty(),
             decisions::slim_pod,
             ProjectKey::of_pod,
@@ -238,6 +275,8 @@ pub(super) struct Caches {
     nodes: Option<Store<Node>>,
     /// Which nodes stopped renewing their Lease, when RBAC allows watching them.
     silence: Option<std::sync::Arc<super::leases::Silence>>,
+    /// Whether each of them holds a whole list.
+    pub(super) synced: Synced,
 }
 
 /// The caches of one namespace (None: of every namespace).
@@ -250,18 +289,9 @@ struct Scope {
 }
 
 impl Caches {
-    /// Once every watch has listed.
+    /// Once every watch has listed (and none lists again).
     pub(super) async fn wait_until_ready(&self) {
-        for scope in &self.scopes {
-            let _ = tokio::join!(
-                scope.replicasets.wait_until_ready(),
-                scope.services.wait_until_ready(),
-                scope.pods.wait_until_ready()
-            );
-        }
-        if let Some(nodes) = &self.nodes {
-            let _ = nodes.wait_until_ready().await;
-        }
+        self.synced.wait().await;
     }
 
     /// The projects with a pod on `node`.
@@ -379,12 +409,20 @@ impl Caches {
     }
 }
 
+/// A watch and where it says when it lists.
+struct Listing {
+    synced: Synced,
+    watch: Watch,
+}
+
 /// One watch: objects that are not a jump pod's never enter the cache (an object relabelled
 /// away becomes a delete), and what the planner does not read is dropped from those that do.
+/// Its store has changed when an event reaches the stream's end (the reflector writes first).
 fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
+    listing: Listing,
     ours: fn(&K) -> bool,
     slim: fn(&mut K),
     keys: fn(&K) -> Vec<ProjectKey>,
@@ -411,8 +449,15 @@ where
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
             keys(&o).into_iter().map(Trigger::Project).collect()
         }
-        watcher::Event::InitDone => vec![Trigger::All],
-        watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
+        watcher::Event::InitDone => {
+            listing.synced.listed(&listing.watch);
+            vec![Trigger::All]
+        }
+        watcher::Event::Init => {
+            listing.synced.listing(&listing.watch);
+            Vec::new()
+        }
+        watcher::Event::InitApply(_) => Vec::new(),
     })
 }
 

@@ -445,9 +445,10 @@ mod tests {
         json!({"uid": "c3e6a9d2-1f4b-4c8e-9a7d-5b2e8f1c4a73", "allowed": false, "status": {"message":
             "jump pod \"dstack-main-ssh-jump-pod-w5n8r\" does not meet the jump-pod contract: \
              container \"dstack-main-ssh-jump-pod-container\": cpu request 50m is below the minimum 100m"}}))]
-    #[case::a_best_effort_replicaset_template_is_allowed_not_mutated_as_its_pods_get_resources(
+    #[case::a_best_effort_replicaset_template_is_allowed_only_marked_as_its_pods_get_resources(
         include_str!("../../../policy/test_data/replicaset_besteffort_template_create.json"),
-        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": true}))]
+        json!({"uid": "2a5d8c1f-4e7b-4b0a-9d3c-6f9e2b5a8d63", "allowed": true, "patchType": "JSONPatch",
+               "patch": [marked()]}))]
     // The policy's one warning of 461 characters, as one per finding: the API server may cut
     // a warning past 256 characters.
     #[case::adopting_a_best_effort_legacy_pod_is_allowed_with_a_warning_per_finding(
@@ -578,8 +579,11 @@ mod tests {
         let validating = validate(&Native, &settings, body.as_bytes())["response"].clone();
         for response in [&mutating, &validating] {
             assert_eq!(response["allowed"], allowed, "{response}");
-            assert_eq!(response.get("patch"), None, "{response}");
         }
+        // The template is not filled in: the mutating pass only marks what it admits.
+        let patch = decoded(mutating.clone()).get("patch").cloned();
+        assert_eq!(patch, allowed.then(|| json!([marked()])), "{mutating}");
+        assert_eq!(validating.get("patch"), None, "{validating}");
         if !allowed {
             let message = validating["status"]["message"].as_str().unwrap();
             assert!(message.ends_with(BEST_EFFORT), "{message}");

@@ -2,8 +2,9 @@
 //! each with its own part of it): a simulated cluster with the jumppod policy as its admission
 //! webhook (the policy's code natively: the tests of `tests/` prove the module answers the
 //! same), a host client over real HTTP, seeds of what older dstack releases left, the real
-//! control plane ([`cluster`]), the scenarios that run on both ([`both`]) and `jumppod run` as a
-//! process ([`run`]). A library, so that what one binary leaves unused is not dead code.
+//! control plane ([`cluster`]), the scenarios that run on both ([`both`]), `jumppod run` as a
+//! process ([`run`]) and a front of the API server that is slow to answer ([`proxy`]). A
+//! library, so that what one binary leaves unused is not dead code.
 
 use jumppod::schema;
 use jumppod_e2e::PolicyAdmission;
@@ -22,6 +23,7 @@ pub mod admissions;
 pub mod backend;
 pub mod both;
 pub mod cluster;
+pub mod proxy;
 pub mod run;
 
 pub const NS: &str = "dstack";

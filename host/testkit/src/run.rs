@@ -285,3 +285,11 @@ pub async fn gone(kube: &Kube, ns: &str, pod: &str) {
     })
     .await;
 }
+
+/// Whether a ReplicaSet carries the record of a surge (`jumppod.io/surged-from`).
+pub fn surge_recorded(rs: &ReplicaSet) -> bool {
+    rs.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(jumppod_plan::surge::SURGED_FROM_ANNOTATION))
+}

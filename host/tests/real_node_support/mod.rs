@@ -18,6 +18,8 @@ pub struct RealNodes {
     pub label: (String, String),
     pub taint_key: String,
     pub sshd_image: String,
+    /// Each node's name and address on the harness's bridge, where its NodePorts answer too.
+    pub addresses: Vec<(String, String)>,
 }
 
 pub fn real_nodes() -> RealNodes {
@@ -44,10 +46,31 @@ pub fn real_nodes() -> RealNodes {
         .expect("real_nodes.label is key=value");
     let taint = text("taint");
     let taint_key = taint.split('=').next().unwrap_or_default().to_owned();
+    let addresses = real["nodes"]
+        .as_array()
+        .expect("ready.json: real_nodes.nodes")
+        .iter()
+        .map(|n| {
+            let field = |f: &str| n[f].as_str().expect("a node's name and ip").to_owned();
+            (field("name"), field("ip"))
+        })
+        .collect();
     RealNodes {
         label: (key, value),
         taint_key,
         sshd_image: text("sshd_image"),
+        addresses,
+    }
+}
+
+impl RealNodes {
+    /// The address of a real node other than `node`, where its NodePorts answer.
+    pub fn other_than(&self, node: &str) -> &str {
+        self.addresses
+            .iter()
+            .find(|(name, _)| name != node)
+            .map(|(_, ip)| ip.as_str())
+            .expect("a second real node")
     }
 }
 
@@ -127,8 +150,13 @@ pub fn ssh_command(key: &Path, host: &str, port: i32, command: &str) -> tokio::p
 /// Runs `command` over SSH as root at 127.0.0.1:`port` with `key`, accepting any host key;
 /// its output, or why it failed.
 pub async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
+    ssh_at(key, "127.0.0.1", port, command).await
+}
+
+/// [`ssh`] at `host`.
+pub async fn ssh_at(key: &Path, host: &str, port: i32, command: &str) -> Result<String, String> {
     outcome(
-        ssh_command(key, "127.0.0.1", port, command),
+        ssh_command(key, host, port, command),
         Duration::from_secs(20),
     )
     .await
@@ -208,6 +236,11 @@ impl Session {
         let _ = self.child.kill().await;
     }
 
+    /// Starts ending it from the client's side, without waiting.
+    pub fn end(&mut self) {
+        self.child.start_kill().expect("end the session");
+    }
+
     /// Waits (bounded) for a line after the `seen`-th, with the session still open.
     pub async fn still_open_after(&mut self, seen: usize, what: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -224,34 +257,56 @@ impl Session {
     }
 }
 
-/// A new SSH connection through the NodePort every 200 ms, until [`Probes::none_failed`]: the
-/// outcome of each (the hostname that answered, or why none did), as they come.
 /// One connection's outcome (the hostname that answered, or why none did), and when it was
 /// made.
 pub type Probe = (Instant, Result<String, String>);
 
+/// A [`Probe`] with the index of the address it went through.
+type Attempt = (usize, Instant, Result<String, String>);
+
+/// A new SSH connection through the NodePort every 200 ms, to each of its addresses in turn,
+/// until [`Probes::none_failed`] or [`Probes::stopped`]: the outcome of each, as they come. One
+/// connection per 200 ms whatever the addresses: twice that rate met resets in the key exchange
+/// ("Connection reset by peer"), what sshd answers past its MaxStartups (10 unauthenticated
+/// connections at once), in a pod of 500m of cpu.
 pub struct Probes {
+    /// Where they connect: 127.0.0.1, a node's address.
+    hosts: Vec<String>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    outcomes: std::sync::Arc<std::sync::Mutex<Vec<Probe>>>,
+    /// Which address, when, and what came of it.
+    outcomes: std::sync::Arc<std::sync::Mutex<Vec<Attempt>>>,
+    began: Instant,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Probes {
+    /// Through the NodePort at 127.0.0.1.
     pub fn start(key: &Path, port: i32) -> Probes {
+        Probes::start_on(key, &["127.0.0.1"], port)
+    }
+
+    /// Through the NodePort at each of `hosts` in turn.
+    pub fn start_on(key: &Path, hosts: &[&str], port: i32) -> Probes {
         let key = key.to_owned();
+        let targets: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let outcomes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (stopped, recorded) = (stop.clone(), outcomes.clone());
+        let hosts = targets.clone();
         let task = tokio::spawn(async move {
             let mut attempts = Vec::new();
             let mut tick = tokio::time::interval(Duration::from_millis(200));
-            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            for turn in (0..targets.len()).cycle() {
+                if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
                 tick.tick().await;
-                let (key, recorded) = (key.clone(), recorded.clone());
+                let (key, target, recorded) =
+                    (key.clone(), targets[turn].clone(), recorded.clone());
                 attempts.push(tokio::spawn(async move {
                     let made = Instant::now();
-                    let outcome = ssh(&key, port, "hostname").await;
-                    recorded.lock().unwrap().push((made, outcome));
+                    let outcome = ssh_at(&key, &target, port, "hostname").await;
+                    recorded.lock().unwrap().push((turn, made, outcome));
                 }));
             }
             for attempt in attempts {
@@ -259,68 +314,100 @@ impl Probes {
             }
         });
         Probes {
+            hosts,
             stop,
             outcomes,
+            began: Instant::now(),
             task,
         }
     }
 
-    /// How many connections `pod` answered so far.
-    pub fn answered(&self, pod: &str) -> usize {
+    /// How many connections `pod` answered so far, through each address.
+    pub fn answered_on(&self, pod: &str) -> Vec<usize> {
         let outcomes = self.outcomes.lock().unwrap();
-        outcomes
-            .iter()
-            .filter(|(_, o)| o.as_ref().is_ok_and(|h| h == pod))
-            .count()
+        (0..self.hosts.len())
+            .map(|host| {
+                outcomes
+                    .iter()
+                    .filter(|(h, _, o)| *h == host && o.as_ref().is_ok_and(|name| name == pod))
+                    .count()
+            })
+            .collect()
     }
 
-    /// Waits (bounded) until `pod` has answered a few more connections than now.
+    /// How many connections `pod` answered so far, through every address.
+    pub fn answered(&self, pod: &str) -> usize {
+        self.answered_on(pod).iter().sum()
+    }
+
+    /// Waits (bounded) until `pod` has answered a few more connections than now through each
+    /// address.
     pub async fn answering(&self, pod: &str) {
-        let before = self.answered(pod);
+        let before = self.answered_on(pod);
         wait_for_up_to(
             &format!("{pod} to answer new connections"),
             Duration::from_secs(30),
-            || async { (self.answered(pod) >= before + 3).then_some(()) },
+            || async {
+                let now = self.answered_on(pod);
+                now.iter()
+                    .zip(&before)
+                    .all(|(n, b)| *n >= b + 3)
+                    .then_some(())
+            },
         )
         .await;
     }
 
-    /// Stops them; every connection must have been answered, some by `second`. Prints how
-    /// many each pod answered.
+    /// Stops them; every connection must have been answered, some by `second` through each
+    /// address. Prints how many each pod answered through each.
     pub async fn none_failed(mut self, first: &str, second: &str) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         (&mut self.task).await.unwrap();
-        let answered = |pod: &str| self.answered(pod);
         let outcomes = self.outcomes.lock().unwrap().clone();
-        let failed: Vec<&String> = outcomes
-            .iter()
-            .filter_map(|(_, o)| o.as_ref().err())
-            .collect();
-        eprintln!(
-            "new connections every 200 ms: {} made, {} failed; {} answered by {first}, {} by {second}",
-            outcomes.len(),
-            failed.len(),
-            answered(first),
-            answered(second)
-        );
+        let (by_first, by_second) = (self.answered_on(first), self.answered_on(second));
+        let mut failed = Vec::new();
+        for (i, host) in self.hosts.iter().enumerate() {
+            let made = outcomes.iter().filter(|(h, _, _)| *h == i).count();
+            let errors: Vec<String> = outcomes
+                .iter()
+                .filter(|(h, _, _)| *h == i)
+                .filter_map(|(_, at, o)| {
+                    let at = at.saturating_duration_since(self.began);
+                    o.as_ref().err().map(|e| format!("at {at:.1?}: {e}"))
+                })
+                .collect();
+            eprintln!(
+                "new connections through {host}: {made} made, {} failed; {} answered by {first}, {} by {second}",
+                errors.len(),
+                by_first[i],
+                by_second[i]
+            );
+            failed.extend(errors.into_iter().map(|e| format!("{host}: {e}")));
+        }
         assert!(
             failed.is_empty(),
             "refused or failed connections: {failed:?}"
         );
-        assert!(
-            answered(second) > 0,
-            "no connection reached the replacement"
-        );
+        for (i, host) in self.hosts.iter().enumerate() {
+            assert!(
+                by_second[i] > 0,
+                "no connection through {host} reached the replacement"
+            );
+        }
     }
-}
 
-impl Probes {
     /// Stops them; every connection's outcome, and when it was made, in the order they were
     /// made.
     pub async fn stopped(mut self) -> Vec<Probe> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         (&mut self.task).await.unwrap();
-        let mut outcomes = self.outcomes.lock().unwrap().clone();
+        let mut outcomes: Vec<Probe> = self
+            .outcomes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, made, o)| (*made, o.clone()))
+            .collect();
         outcomes.sort_by_key(|(made, _)| *made);
         outcomes
     }

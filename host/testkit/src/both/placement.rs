@@ -33,9 +33,11 @@ fn on_pool(pool: &str) -> String {
 }
 
 /// Scenario 6b: a node selector and tolerations place the pod on the scenario's own two
-/// nodes, and `resolve` without `hostname` gives its node's ExternalIP. The node goes away:
-/// the pod is replaced on the other node (on the real control plane once the pod GC has
-/// removed the orphaned pod, after its 40 s quarantine) and the NodePort is unchanged.
+/// nodes, and `resolve` without `hostname` gives its node's ExternalIP. The node is cordoned,
+/// as a drain begins: `resolve` gives another node's (a job keeps its address for its whole
+/// life, and the NodePort answers on every node). The node goes away: the pod is replaced on
+/// the other node (on the real control plane once the pod GC has removed the orphaned pod,
+/// after its 40 s quarantine) and the NodePort is unchanged.
 pub async fn the_replicasets_pod_is_replaced_after_its_node_is_removed(cluster: &Cluster) {
     let pool = cluster.ns().to_owned();
     for (n, ip) in [("a", "203.0.113.11"), ("b", "203.0.113.12")] {
@@ -63,6 +65,27 @@ pub async fn the_replicasets_pod_is_replaced_after_its_node_is_removed(cluster: 
     };
     assert!(node.starts_with(&pool), "on a node of the pool: {node}");
     assert_eq!(before.hostname, ip(&node), "its node's ExternalIP");
+    let other = if node.ends_with("-a") { "-b" } else { "-a" };
+
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+        kube::Api::all(cluster.kube().await.client);
+    let cordon = serde_json::json!({"spec": {"unschedulable": true}});
+    nodes
+        .patch(
+            &node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&cordon),
+        )
+        .await
+        .expect("cordon the node");
+    // Another node's: the pool's other one, or (on the shared control plane) any other.
+    let cordoned = cluster.resolve(&config).await.expect("resolve").proxy;
+    assert_eq!(cordoned.pod, before.pod, "the same pod serves");
+    assert_ne!(
+        cordoned.hostname,
+        ip(&node),
+        "the cordoned node's ExternalIP, not another's"
+    );
 
     cluster.remove_node(&node).await;
     let after = cluster
@@ -75,7 +98,6 @@ pub async fn the_replicasets_pod_is_replaced_after_its_node_is_removed(cluster: 
             },
         )
         .await;
-    let other = if node.ends_with("-a") { "-b" } else { "-a" };
     assert_eq!(after.hostname, ip(other), "on the other node");
     assert_eq!(after.port, before.port, "the same NodePort");
     assert_eq!(cluster.active_pods().await.len(), 1);
