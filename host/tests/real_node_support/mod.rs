@@ -344,18 +344,29 @@ impl Probes {
     /// address.
     pub async fn answering(&self, pod: &str) {
         let before = self.answered_on(pod);
-        wait_for_up_to(
-            &format!("{pod} to answer new connections"),
-            Duration::from_secs(30),
-            || async {
-                let now = self.answered_on(pod);
-                now.iter()
-                    .zip(&before)
-                    .all(|(n, b)| *n >= b + 3)
-                    .then_some(())
-            },
-        )
-        .await;
+        let (since, limit) = (self.outcomes.lock().unwrap().len(), Duration::from_secs(30));
+        let deadline = Instant::now() + limit;
+        while !self
+            .answered_on(pod)
+            .iter()
+            .zip(&before)
+            .all(|(n, b)| *n >= b + 3)
+        {
+            if Instant::now() > deadline {
+                // What came instead: another pod's name, or why none answered.
+                let seen: Vec<String> = self.outcomes.lock().unwrap()[since..]
+                    .iter()
+                    .map(|(h, at, o)| {
+                        let at = at.saturating_duration_since(self.began);
+                        format!("{} at {at:.1?}: {o:?}", self.hosts[*h])
+                    })
+                    .collect();
+                panic!(
+                    "timed out after {limit:?} waiting for {pod} to answer new connections; they got: {seen:#?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Stops them; every connection must have been answered, some by `second` through each
