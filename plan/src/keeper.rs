@@ -334,11 +334,10 @@ fn forget_node(spec: &mut k8s_openapi::api::core::v1::PodSpec, node: &str) {
         required
             .node_selector_terms
             .retain(|t| t.match_expressions.is_some() || t.match_fields.is_some());
-        if required.node_selector_terms.is_empty() {
-            affinity
-                .node_affinity
-                .as_mut()
-                .map(|a| a.required_during_scheduling_ignored_during_execution = None);
+        if required.node_selector_terms.is_empty()
+            && let Some(a) = affinity.node_affinity.as_mut()
+        {
+            a.required_during_scheduling_ignored_during_execution = None;
         }
     }
     if affinity.node_affinity.as_ref().is_some_and(|a| {
