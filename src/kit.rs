@@ -125,7 +125,9 @@ if [ -z "$pids" ]; then
   exit 0
 fi
 log "stopping the sshd listener (pid $pids): the container ends with it"
-kill -TERM $pids
+# Once this hook has returned: the container ends with the listener, and an exec still running
+# in it then is killed, which the kubelet reports as a failed hook (FailedPreStopHook).
+(sleep 1; kill -TERM $pids) </dev/null >/dev/null 2>&1 &
 "#
     )
 }

@@ -106,6 +106,9 @@ async fn rbac_for_the_controller_prints_its_deployment() {
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
+            // Node Leases, in kube-node-lease.
+            "Role",
+            "RoleBinding",
             "ClusterRole",
             "ClusterRoleBinding",
             "Deployment"
