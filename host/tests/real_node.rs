@@ -23,31 +23,16 @@ use jumppod_testkit::cluster::{
 };
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
-use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{EvictParams, ListParams, PostParams, WatchEvent, WatchParams};
 use real_node_support::*;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// How long a pod on a real node may take from its ReplicaSet to sshd answering: measured
-/// 1.3-15.5 s on this machine under load; an image pull never happens (it is imported).
-const POD_UP: Duration = Duration::from_secs(180);
-
 /// The scenarios that take a node away (its power cut, a drain, a cordon, the autoscaler's
 /// taint) run alone: every other one holds this for reading while it runs, so none of them
 /// finds its node gone.
 static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
-/// The taints the node-lifecycle controller puts on a lost node, NoExecute: a pod leaves the
-/// node once its toleration of them runs out.
-const LOST_NODE_TAINTS: [&str; 2] = [
-    "node.kubernetes.io/unreachable",
-    "node.kubernetes.io/not-ready",
-];
-
-/// The annotation that makes `jumppod-controlplane` cut a real node's power and, removed, boot
-/// it again (controlplane/power.go; `jumppod-controlplane node-not-ready` sets it).
-const POWER_CUT: &str = "jumppod.test/not-ready";
 
 /// What every scenario starts with, in this order: its hold on the nodes (shared, or alone for
 /// the power cut), the real nodes, the admin client, its namespace (removed when this is
@@ -490,109 +475,6 @@ const LOST_NODE_TOLERATION: u32 = 20;
 /// 1.32), the pod's toleration, then a pod's start.
 const REPLACED_AFTER_A_POWER_CUT: Duration =
     Duration::from_secs(50 + LOST_NODE_TOLERATION as u64 + POD_UP.as_secs());
-
-/// A real node's power, cut until [`PowerCut::restore`] boots it again; dropped without that
-/// (a panic), it boots the node on its own, so the scenarios after it find both nodes.
-struct PowerCut {
-    node: String,
-    restored: bool,
-}
-
-impl PowerCut {
-    async fn cut(kube: &Kube, node: &str) -> PowerCut {
-        set_power(kube, node, false).await;
-        PowerCut {
-            node: node.to_owned(),
-            restored: false,
-        }
-    }
-
-    /// Boots the node; returns once it is Ready and no longer tainted as lost, with how long
-    /// that took.
-    async fn restore(mut self, kube: &Kube) -> Duration {
-        self.restored = true;
-        let began = Instant::now();
-        set_power(kube, &self.node, true).await;
-        back_up(kube, &self.node).await;
-        began.elapsed()
-    }
-}
-
-impl Drop for PowerCut {
-    fn drop(&mut self) {
-        if self.restored {
-            return;
-        }
-        let node = self.node.clone();
-        let boot = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime to boot the node")
-                .block_on(async {
-                    let kube = admin().await;
-                    set_power(&kube, &node, true).await;
-                    back_up(&kube, &node).await;
-                });
-        });
-        if boot.join().is_err() {
-            eprintln!("{} did not boot again; see the panic above", self.node);
-        }
-    }
-}
-
-async fn set_power(kube: &Kube, node: &str, on: bool) {
-    let value = if on { Value::Null } else { json!("true") };
-    let mut annotations = serde_json::Map::new();
-    annotations.insert(POWER_CUT.into(), value);
-    Api::<Node>::all(kube.client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("annotating {node} {POWER_CUT}: {e}"));
-}
-
-/// The node's Ready condition (`Unknown` once the node-lifecycle controller has not heard
-/// from it for its grace period) and the keys of its taints.
-async fn node_state(kube: &Kube, node: &str) -> (String, Vec<String>) {
-    let node = Api::<Node>::all(kube.client.clone())
-        .get(node)
-        .await
-        .expect("read the node");
-    let ready = node
-        .status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status)
-        .unwrap_or_default();
-    let taints = node
-        .spec
-        .and_then(|s| s.taints)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| format!("{}:{}", t.key, t.effect))
-        .collect();
-    (ready, taints)
-}
-
-/// Waits until `node` is Ready and carries none of the lost-node taints.
-async fn back_up(kube: &Kube, node: &str) {
-    wait_for_up_to(&format!("{node} Ready again"), POD_UP, || async {
-        let (ready, taints) = node_state(kube, node).await;
-        let lost = |t: &String| {
-            LOST_NODE_TAINTS
-                .iter()
-                .any(|key| t.strip_prefix(key).is_some_and(|e| e.starts_with(':')))
-        };
-        (ready == "True" && !taints.iter().any(lost)).then_some(())
-    })
-    .await;
-}
 
 fn condition(pod: &Pod, type_: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
     pod.status

@@ -7,8 +7,8 @@
 
 use super::*;
 use jumppod_testkit::run::{Controller, SMALL};
-use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{EvictParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::EvictParams;
 
 /// What stands in for dstack's runner in a job pod (it is downloaded at the pod's start, which
 /// cannot happen here): sshd on the runner's port, with the keys dstack gave the job.
@@ -194,68 +194,6 @@ fn refused(outcomes: &[Probe], from: Instant) -> (usize, usize) {
     (failed.len(), since.len())
 }
 
-/// The annotation that makes `jumppod-controlplane` cut a real node's power and, removed, boot
-/// it again (controlplane/power.go).
-const POWER_CUT: &str = "jumppod.test/not-ready";
-
-async fn set_power(kube: &Kube, node: &str, on: bool) {
-    let value = if on { Value::Null } else { json!("true") };
-    Api::<Node>::all(kube.client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {POWER_CUT: value}}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("annotating {node} {POWER_CUT}: {e}"));
-}
-
-/// Waits until `node` is Ready and schedulable again (no taint of a lost node).
-async fn back_up(kube: &Kube, node: &str) {
-    wait_for_up_to(&format!("{node} Ready again"), POD_UP, || async {
-        let node = Api::<Node>::all(kube.client.clone()).get(node).await.ok()?;
-        let ready = node
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        let tainted = node
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
-            .iter()
-            .any(|t| {
-                t.key == "node.kubernetes.io/unreachable" || t.key == "node.kubernetes.io/not-ready"
-            });
-        (ready && !tainted).then_some(())
-    })
-    .await;
-}
-
-/// Boots a node whose power the scenario cut, when dropped, however the scenario ends.
-struct PowerBack(String);
-
-impl Drop for PowerBack {
-    fn drop(&mut self) {
-        let node = self.0.clone();
-        let boot = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime to boot the node")
-                .block_on(async {
-                    let kube = admin().await;
-                    set_power(&kube, &node, true).await;
-                    back_up(&kube, &node).await;
-                });
-        });
-        if boot.join().is_err() {
-            eprintln!("{} did not boot again; see the panic above", self.0);
-        }
-    }
-}
-
 /// dstack 0.22.5, unmodified, beside `jumppod webhook` and `jumppod run`:
 /// (a) dstack provisions job 1 (its own `run_job` and `update_provisioning_data` path) and the
 /// job's user key jumps to the job pod;
@@ -382,8 +320,7 @@ async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_i
     // (d)
     let node = node_of(&back);
     let cut = Instant::now();
-    let power = PowerBack(node.clone());
-    set_power(&scenario.kube, &node, false).await;
+    let power = PowerCut::cut(&scenario.kube, &node).await;
     let what = "(d) SSH through the NodePort after the power cut";
     wait_for_up_to(what, POD_UP, || async {
         // Three connections in a row answered: SSH is back, not one lucky probe.
@@ -395,7 +332,7 @@ async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_i
     .await;
     let back_after = cut.elapsed();
     eprintln!("(d) power cut of {node}: SSH back through NodePort {port} {back_after:?} after");
-    drop(power);
+    power.restore(&scenario.kube).await;
     let last = ready_again(
         &pods,
         &name,

@@ -27,10 +27,6 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// How long dstack's jump pod may take from its creation to Ready (the image is imported:
-/// never pulled).
-const POD_UP: Duration = Duration::from_secs(180);
-
 /// How long a change of the Secret may take to reach a running pod: the kubelet's periodic
 /// sync (a minute, plus jitter) refreshes the mounted Secret, then the pod's merge loop
 /// (every 10 s) copies it.

@@ -1,17 +1,24 @@
 //! Shared by the test binaries that run on the real nodes of `jumppod-controlplane run
-//! --real-nodes` (`real_node.rs`, `dstack.rs`): what the nodes are, key pairs, and the OpenSSH
-//! client through a NodePort on 127.0.0.1.
+//! --real-nodes` (`real_node.rs`, `dstack/`): what the nodes are, key pairs, the OpenSSH client
+//! through a NodePort, and a node's power cut.
 
 #![allow(
     dead_code,
     reason = "each test binary uses a different part of this module"
 )]
 
-use jumppod_testkit::cluster::{cluster_dir, wait_for_up_to};
-use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
+use jumppod_host::api::Kube;
+use jumppod_testkit::cluster::{admin, cluster_dir, wait_for_up_to};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// How long a pod on a real node may take from its creation to sshd answering: measured
+/// 1.3-15.5 s on this machine under load; an image pull never happens (it is imported).
+pub const POD_UP: Duration = Duration::from_secs(180);
 
 /// The real nodes as `ready.json` describes them (controlplane/realnode.go `realNodesInfo`).
 pub struct RealNodes {
@@ -422,4 +429,118 @@ impl Probes {
         outcomes.sort_by_key(|(made, _)| *made);
         outcomes
     }
+}
+
+/// The taints the node-lifecycle controller puts on a lost node, NoExecute: a pod leaves the
+/// node once its toleration of them runs out.
+pub const LOST_NODE_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/not-ready",
+];
+
+/// The annotation that makes `jumppod-controlplane` cut a real node's power and, removed, boot
+/// it again (controlplane/power.go; `jumppod-controlplane node-not-ready` sets it).
+pub const POWER_CUT: &str = "jumppod.test/not-ready";
+
+/// A real node's power, cut until [`PowerCut::restore`] boots it again; dropped without that
+/// (a panic), it boots the node on its own, so the scenarios after it find both nodes.
+pub struct PowerCut {
+    node: String,
+    restored: bool,
+}
+
+impl PowerCut {
+    pub async fn cut(kube: &Kube, node: &str) -> PowerCut {
+        set_power(kube, node, false).await;
+        PowerCut {
+            node: node.to_owned(),
+            restored: false,
+        }
+    }
+
+    /// Boots the node; returns once it is Ready and no longer tainted as lost, with how long
+    /// that took.
+    pub async fn restore(mut self, kube: &Kube) -> Duration {
+        self.restored = true;
+        let began = Instant::now();
+        set_power(kube, &self.node, true).await;
+        back_up(kube, &self.node).await;
+        began.elapsed()
+    }
+}
+
+impl Drop for PowerCut {
+    fn drop(&mut self) {
+        if self.restored {
+            return;
+        }
+        let node = self.node.clone();
+        let boot = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to boot the node")
+                .block_on(async {
+                    let kube = admin().await;
+                    set_power(&kube, &node, true).await;
+                    back_up(&kube, &node).await;
+                });
+        });
+        if boot.join().is_err() {
+            eprintln!("{} did not boot again; see the panic above", self.node);
+        }
+    }
+}
+
+pub async fn set_power(kube: &Kube, node: &str, on: bool) {
+    let value = if on { Value::Null } else { json!("true") };
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(POWER_CUT.into(), value);
+    Api::<Node>::all(kube.client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("annotating {node} {POWER_CUT}: {e}"));
+}
+
+/// The node's Ready condition (`Unknown` once the node-lifecycle controller has not heard
+/// from it for its grace period) and the keys of its taints.
+pub async fn node_state(kube: &Kube, node: &str) -> (String, Vec<String>) {
+    let node = Api::<Node>::all(kube.client.clone())
+        .get(node)
+        .await
+        .expect("read the node");
+    let ready = node
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status)
+        .unwrap_or_default();
+    let taints = node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    (ready, taints)
+}
+
+/// Waits until `node` is Ready and carries none of the lost-node taints.
+pub async fn back_up(kube: &Kube, node: &str) {
+    wait_for_up_to(&format!("{node} Ready again"), POD_UP, || async {
+        let (ready, taints) = node_state(kube, node).await;
+        let lost = |t: &String| {
+            LOST_NODE_TAINTS
+                .iter()
+                .any(|key| t.strip_prefix(key).is_some_and(|e| e.starts_with(':')))
+        };
+        (ready == "True" && !taints.iter().any(lost)).then_some(())
+    })
+    .await;
 }
