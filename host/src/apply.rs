@@ -119,24 +119,18 @@ pub async fn apply(
             }
             Action::DeletePod { name, uid, .. }
             | Action::DeleteStandby { name, uid, .. }
-            | Action::MovePodOff { name, uid, .. } => {
+            | Action::MovePodOff { name, uid, .. }
+            | Action::DeleteRetiringPod { name, uid, .. }
+            | Action::ForceDeletePod { name, uid, .. } => {
                 let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+                // A pod on a lost node: its kubelet never confirms, so only a grace period of
+                // 0 removes it (what `kubectl delete --force --grace-period=0` does).
+                let grace = matches!(action, Action::ForceDeletePod { .. }).then_some(0);
                 delete(
                     kube,
                     &api,
                     uid,
-                    None,
-                    Op::new("delete", "pods", Some(namespace), Some(name)),
-                )
-                .await?
-            }
-            Action::ForceDeletePod { name, uid, .. } => {
-                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-                delete(
-                    kube,
-                    &api,
-                    uid,
-                    Some(0),
+                    grace,
                     Op::new("delete", "pods", Some(namespace), Some(name)),
                 )
                 .await?
@@ -210,17 +204,6 @@ pub async fn apply(
                     &api,
                     &patch,
                     Op::new("patch", "pods", Some(namespace), Some(name)),
-                )
-                .await?
-            }
-            Action::DeleteRetiringPod { name, uid, .. } => {
-                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-                delete(
-                    kube,
-                    &api,
-                    uid,
-                    None,
-                    Op::new("delete", "pods", Some(namespace), Some(name)),
                 )
                 .await?
             }

@@ -104,27 +104,15 @@ impl Silence {
 
 /// Whether the controller may watch the nodes' Leases (a Role in `kube-node-lease` that
 /// `jumppod rbac --controller` prints): without it, a lost node is known only once the
-/// node-lifecycle controller says so, and it says so once.
+/// node-lifecycle controller says so.
 pub(super) async fn may_watch(client: &Client) -> bool {
-    let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
-    match api
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-    {
-        Ok(_) => true,
-        Err(kube::Error::Api(status)) if status.code == 403 => {
-            tracing::warn!(
-                "cannot list the nodes' Leases in {NAMESPACE} (forbidden): a jump pod on a lost \
-                 node is replaced only once the node-lifecycle controller finds the node lost; \
-                 grant the Role `jumppod rbac --controller` prints"
-            );
-            false
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot list the nodes' Leases yet; watching them all the same");
-            true
-        }
-    }
+    super::watches::may_list(
+        Api::<Lease>::namespaced(client.clone(), NAMESPACE),
+        &format!("the nodes' Leases in {NAMESPACE}"),
+        "a jump pod on a lost node is replaced only once the node-lifecycle controller finds \
+         the node lost; grant the Role `jumppod rbac --controller` prints",
+    )
+    .await
 }
 
 /// The watch of the nodes' Leases and a look every second for nodes gone silent: the nodes that

@@ -82,28 +82,39 @@ fn watch_of(kind: &'static str, namespace: Option<&str>) -> Watch {
     }
 }
 
-/// Whether the controller may watch nodes (a ClusterRole `jumppod rbac --controller` prints):
-/// without it, nothing is surged, and it says so once.
-pub(super) async fn may_watch_nodes(client: &Client) -> bool {
-    let api: Api<Node> = Api::all(client.clone());
+/// Whether the controller may list what `api` reaches, which its watch needs; `forbidden` says
+/// what goes undone without it, logged once when RBAC refuses. Another failure is the API's,
+/// not RBAC's: the watch retries it.
+pub(super) async fn may_list<K>(api: Api<K>, what: &str, forbidden: &str) -> bool
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     match api
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
     {
         Ok(_) => true,
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            tracing::warn!(
-                "cannot list nodes (forbidden): a jump pod on a cordoned node is not replaced \
-                 before it goes; grant the ClusterRole `jumppod rbac --controller` prints"
-            );
+            tracing::warn!("cannot list {what} (forbidden): {forbidden}");
             false
         }
         Err(e) => {
-            // Another failure is the API's, not RBAC's: the watch retries it.
-            tracing::warn!(error = %e, "cannot list nodes yet; watching them all the same");
+            tracing::warn!(error = %e, "cannot list {what} yet; watching them all the same");
             true
         }
     }
+}
+
+/// Whether the controller may watch nodes (a ClusterRole `jumppod rbac --controller` prints):
+/// without it, nothing is surged.
+pub(super) async fn may_watch_nodes(client: &Client) -> bool {
+    may_list(
+        Api::<Node>::all(client.clone()),
+        "nodes",
+        "a jump pod on a cordoned node is not replaced before it goes; grant the ClusterRole \
+         `jumppod rbac --controller` prints",
+    )
+    .await
 }
 
 /// The watch of every node, slimmed to what says it is going away; a change of that names the
