@@ -197,8 +197,9 @@ fn refused(outcomes: &[Probe], from: Instant) -> (usize, usize) {
 /// dstack 0.22.5, unmodified, beside `jumppod webhook` and `jumppod run`:
 /// (a) dstack provisions job 1 (its own `run_job` and `update_provisioning_data` path) and the
 /// job's user key jumps to the job pod;
-/// (c) `kubectl drain` of the jump pod's node, a new SSH connection every 200 ms: none refused,
-/// and job 1's key still jumps;
+/// (c) `kubectl drain` of the jump pod's node, a new SSH connection every 200 ms through the
+/// NodePort of the node that stays and of the node's loopback: none refused, and job 1's key
+/// still jumps;
 /// (b) the jump pod evicted through the Eviction API: SSH comes back with no call of dstack's,
 /// on the same NodePort, job 1's key still jumps, and dstack's next job leaves the pod and the
 /// Service alone (the same Service uid);
@@ -231,9 +232,10 @@ async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_i
     .await;
     eprintln!("(a) job 1 provisioned by dstack 0.22.5 through NodePort {port}; its user key jumps");
 
-    // (c)
+    // (c) Through the node's loopback and through the address of the node that stays.
     let node = node_of(&pod);
-    let probes = Probes::start(key, port);
+    let nodes = real_nodes();
+    let probes = Probes::start_on(key, &["127.0.0.1", nodes.other_than(&node)], port);
     probes.answering(&name).await;
     let began = Instant::now();
     let _uncordon = Uncordon(node.clone());
@@ -258,8 +260,10 @@ async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_i
     )
     .await;
     eprintln!(
-        "(c) drain of {node}: {failed} of {made} new connections refused; the drain took {took:?}; \
-         job 1's key jumped {after:?} after the pod was back"
+        "(c) drain of {node}: {failed} of {made} new connections refused (through 127.0.0.1 and \
+         {}); the drain took {took:?}; \
+         job 1's key jumped {after:?} after the pod was back",
+        nodes.other_than(&node)
     );
     assert_eq!(
         failed,
@@ -402,7 +406,8 @@ async fn dstacks_own_replicaset_is_drained_refusing_nothing_and_keeps_the_users_
     .await;
 
     let node = node_of(&first);
-    let probes = Probes::start(key, port);
+    let nodes = real_nodes();
+    let probes = Probes::start_on(key, &["127.0.0.1", nodes.other_than(&node)], port);
     probes.answering(&first_name).await;
     let began = Instant::now();
     let _uncordon = Uncordon(node.clone());
@@ -430,8 +435,10 @@ async fn dstacks_own_replicaset_is_drained_refusing_nothing_and_keeps_the_users_
     )
     .await;
     eprintln!(
-        "(e) dstack's ReplicaSet, drain of {node}: {failed} of {total} new connections refused; the \
-         drain took {took:?}; bob's key jumped through {second_name} {after:?} after it was Ready"
+        "(e) dstack's ReplicaSet, drain of {node}: {failed} of {total} new connections refused \
+         (through 127.0.0.1 and {}); the drain took {took:?}; bob's key jumped through \
+         {second_name} {after:?} after it was Ready",
+        nodes.other_than(&node)
     );
     assert_eq!(
         failed,
