@@ -436,7 +436,7 @@ real-node-check: real-node-deps real-node-images $(CONTROLPLANE_TEST)
 	  $(CONTROLPLANE_TEST) -test.run '^TestRealNodes' -test.v -test.timeout 15m
 
 ## real-node-scenarios: the host's own scenarios on real nodes (host/tests/real_node.rs), and
-## dstack 0.22.5's own code beside `jumppod webhook` (host/tests/dstack.rs): the
+## dstack 0.22.5's own code beside `jumppod webhook` (host/tests/dstack/): the
 ## ReplicaSet `ensure` creates, its pod's sshd reached by OpenSSH through the NodePort, evicted
 ## and reached again; the kubelet's own evictions under memory pressure; inside a control
 ## plane of its own with 2 real nodes, the second evicting for memory 2 GiB below what is
@@ -447,10 +447,15 @@ real-node-check: real-node-deps real-node-images $(CONTROLPLANE_TEST)
 ## `make image`'s image and the chart; helm installs the chart from it and the nodes' containerd
 ## pulls the image by digest (the jump pods' sshd image too), nothing imported but the pause image.
 REAL_NODE_TEST := $(TEST_CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS)
+## The real kubelets sync each pod every REAL_NODE_SYNC (the kubelet's default is 1m): a changed
+## Secret reaches a running pod's volume at the next sync, and the scenarios that wait for one
+## (keys added and removed) wait out one sync each. `make real-node-scenarios REAL_NODE_SYNC=1m`
+## measures what an operator's default kubelet gives.
+REAL_NODE_SYNC ?= 10s
 real-node-scenarios: policy real-node-deps real-node-images sshd image dstack-venv $(HELM) $(CONTROLPLANE)
 	$(REAL_NODE_TEST) --no-run
 	set -o pipefail; nice -n 10 $(CONTROLPLANE) run --real-nodes 2 --pressure-headroom 2Gi --registry \
-	  --real-node-images $(REAL_NODE_IMAGES) --dir $(TARGET_DIR)/controlplane/real-node -- \
+	  --kubelet-sync-frequency $(REAL_NODE_SYNC) --real-node-images $(REAL_NODE_IMAGES) --dir $(TARGET_DIR)/controlplane/real-node -- \
 	  sh -c '$(call PUBLISH,"$$JUMPPOD_REGISTRY/jumppod",plain-http) && exec $(REAL_NODE_TEST) -- --nocapture' \
 	  2>&1 | tee $(TARGET_DIR)/real-node.log
 

@@ -46,6 +46,9 @@ type upOptions struct {
 	// registry: the real nodes pull from an OCI registry on loopback
 	// (registry.go) instead of having the sshd image imported.
 	registry bool
+	// kubeletSync: the real kubelets' syncFrequency, which bounds how soon a
+	// changed Secret reaches a running pod's volume.
+	kubeletSync time.Duration
 }
 
 // cluster is a running control plane: embedded etcd, three child processes

@@ -36,7 +36,7 @@ const usage = `usage: jumppod-controlplane COMMAND [FLAGS]
 
 commands:
   up --dir DIR [--nodes 3] [--node-cpu 4] [--node-memory 8Gi] [--start-timeout 180s] [--exit-on-stdin-close]
-     [--real-nodes 0] [--real-node-images DIR] [--real-node-image ARCHIVE]... [--pressure-headroom Q]
+     [--real-nodes 0] [--real-node-images DIR] [--real-node-image ARCHIVE]... [--pressure-headroom Q] [--kubelet-sync-frequency D]
      [--registry]
       start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and fake nodes on
       127.0.0.1, and real nodes (kubelet + containerd, kube-proxy) when asked; print
@@ -111,6 +111,7 @@ func upFlags(name string) (*flag.FlagSet, *upOptions) {
 	fs.StringVar(&o.realNodeImages, "real-node-images", defaultImagesDir(), "directory of pause.oci.tar and sshd.oci.tar (images/build.sh)")
 	fs.Var((*stringList)(&o.extraImages), "real-node-image", "another OCI archive every real node imports, e.g. jumppod's own (make image; repeatable)")
 	fs.BoolVar(&o.registry, "registry", false, "with --real-nodes: run Debian's docker-registry on 127.0.0.1 (JUMPPOD_REGISTRY, ready.json's registry), push the sshd image there and have every real node's containerd pull from it over plain HTTP instead of importing it")
+	fs.DurationVar(&o.kubeletSync, "kubelet-sync-frequency", time.Minute, "with --real-nodes: the kubelets' syncFrequency (the kubelet's default: 1m); a changed Secret reaches a running pod's volume within about this long")
 	fs.Func("pressure-headroom", "a quantity (e.g. 2Gi): the last real node gets a soft memory eviction threshold this far below the memory available when it starts, and the taint "+pressureTaint+"=true:NoSchedule; for a test that presses it by allocating more than that", func(v string) error {
 		q, err := resource.ParseQuantity(v)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -16,7 +17,7 @@ import (
 func TestThePressureNodesKubeletConfigurationHasItsSoftThresholdAndTaint(t *testing.T) {
 	node := &realNode{name: "real-node-2", ip: "10.222.0.12", socket: "/run/c.sock", dir: "/tmp/n"}
 	var config kubeletv1beta1.KubeletConfiguration
-	text := kubeletConfig(node, 10250, 10248, &pressureInfo{Threshold: 19327352832})
+	text := kubeletConfig(node, 10250, 10248, time.Minute, &pressureInfo{Threshold: 19327352832})
 	if err := yaml.UnmarshalStrict([]byte(text), &config); err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}
@@ -35,7 +36,7 @@ func TestThePressureNodesKubeletConfigurationHasItsSoftThresholdAndTaint(t *test
 	}
 
 	var plain kubeletv1beta1.KubeletConfiguration
-	if err := yaml.UnmarshalStrict([]byte(kubeletConfig(node, 10250, 10248, nil)), &plain); err != nil {
+	if err := yaml.UnmarshalStrict([]byte(kubeletConfig(node, 10250, 10248, 10*time.Second, nil)), &plain); err != nil {
 		t.Fatal(err)
 	}
 	if len(plain.EvictionSoft) != 0 || len(plain.RegisterWithTaints) != 1 {
@@ -45,6 +46,10 @@ func TestThePressureNodesKubeletConfigurationHasItsSoftThresholdAndTaint(t *test
 	// pause image.
 	if gc := plain.ImageGCHighThresholdPercent; gc == nil || *gc != 100 {
 		t.Errorf("imageGCHighThresholdPercent %v, want 100 (no image garbage collection)", gc)
+	}
+	// --kubelet-sync-frequency, as the kubelet reads it.
+	if got := plain.SyncFrequency.Duration; got != 10*time.Second {
+		t.Errorf("syncFrequency %v, want 10s", got)
 	}
 }
 

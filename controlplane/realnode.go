@@ -150,6 +150,8 @@ type realNodes struct {
 	startTimeout time.Duration
 	// headroom is up's --pressure-headroom; pressure what it set up.
 	headroom int64
+	// sync is up's --kubelet-sync-frequency.
+	sync     time.Duration
 	pressure *pressureInfo
 	// apiForward carries pods' connections to the API server (incluster.go).
 	apiForward net.Listener
@@ -170,7 +172,7 @@ var realNodeTools = []string{
 // kubeconfigs startCluster wrote (the nodes' and kube-proxy's included).
 func (c *cluster) startRealNodes(ctx context.Context, start time.Time, opts upOptions, users map[string]string, admin kubernetes.Interface) error {
 	r := &realNodes{c: c, dir: filepath.Join(c.dir, "nodes"), tunables: map[string]string{},
-		imagesDir: opts.realNodeImages, startTimeout: opts.startTimeout, headroom: opts.pressureHeadroom}
+		imagesDir: opts.realNodeImages, startTimeout: opts.startTimeout, headroom: opts.pressureHeadroom, sync: opts.kubeletSync}
 	c.real = r
 	// Node N's addresses are 10.222.0.1N and 10.222.N.0/24.
 	if opts.realNodes > 9 {
@@ -580,7 +582,7 @@ func (r *realNodes) importImage(ctx context.Context, node *realNode, archive str
 	return nil
 }
 
-func kubeletConfig(node *realNode, port, healthzPort int, pressure *pressureInfo) string {
+func kubeletConfig(node *realNode, port, healthzPort int, sync time.Duration, pressure *pressureInfo) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # cgroup v1 here (KEP-5573: refused unless said), no systemd, no swap.
@@ -601,6 +603,8 @@ evictionHard:
 # For the same reason, no image garbage collection (100 turns it off): at its default 85%% of
 # the disk used it deleted the imported pause image, and every new pod failed to start.
 imageGCHighThresholdPercent: 100
+# How often each pod is synced, and with it a changed Secret written into its volume.
+syncFrequency: %s
 containerRuntimeEndpoint: unix://%s
 address: %s
 port: %d
@@ -622,7 +626,7 @@ registerWithTaints:
   - key: %s
     value: "true"
     effect: NoSchedule
-`, cgroupRoot(node.name), node.socket, node.ip, port, healthzPort, filepath.Join(node.dir, "pod-logs"), realNodeTaint) +
+`, cgroupRoot(node.name), sync, node.socket, node.ip, port, healthzPort, filepath.Join(node.dir, "pod-logs"), realNodeTaint) +
 		pressureConfig(pressure)
 }
 
@@ -697,7 +701,7 @@ func memoryAvailable() (int64, error) {
 
 func (r *realNodes) startKubelet(node *realNode) error {
 	config := filepath.Join(node.dir, "kubelet.yaml")
-	if err := writeFile(config, []byte(kubeletConfig(node, node.port, node.healthzPort, node.pressure)), 0o644); err != nil {
+	if err := writeFile(config, []byte(kubeletConfig(node, node.port, node.healthzPort, r.sync, node.pressure)), 0o644); err != nil {
 		return err
 	}
 	ch, err := r.c.startSubcommand("kubelet-"+node.name, "kubelet", []string{

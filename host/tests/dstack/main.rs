@@ -28,8 +28,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// How long a change of the Secret may take to reach a running pod: the kubelet's periodic
-/// sync (a minute, plus jitter) refreshes the mounted Secret, then the pod's merge loop
-/// (every 10 s) copies it.
+/// sync (`syncFrequency`: a minute by default, plus jitter; `make real-node-scenarios` sets
+/// `REAL_NODE_SYNC`) refreshes the mounted Secret, then the pod's merge loop (every 10 s)
+/// copies it. Bounded for the default.
 const KEY_PROPAGATION: Duration = Duration::from_secs(180);
 
 /// The handover, as a duration.
