@@ -106,7 +106,7 @@ impl Silence {
 /// `jumppod rbac --controller` prints): without it, a lost node is known only once the
 /// node-lifecycle controller says so.
 pub(super) async fn may_watch(client: &Client) -> bool {
-    super::watches::may_list(
+    super::access::may_list(
         Api::<Lease>::namespaced(client.clone(), NAMESPACE),
         &format!("the nodes' Leases in {NAMESPACE}"),
         "a jump pod on a lost node is replaced only once the node-lifecycle controller finds \

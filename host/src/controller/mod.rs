@@ -8,6 +8,7 @@
 //! leader election only the holder of the Lease watches and writes ([`lease`]), and its writes
 //! pass a [`Fence`] that closes at the renew deadline by its own clock.
 
+mod access;
 mod events;
 mod lease;
 mod leases;
