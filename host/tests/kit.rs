@@ -262,9 +262,11 @@ fn the_secrets_keys_reach_dstacks_pod_jump_only_and_leave_it_with_the_secret(#[c
     secret.publish(&[("bob", entry(&bob_pub)), ("carol", entry(&carol_pub))]);
     let bob_after = ssh_until(pod.pid1, &bob, 1, period * 3, &pod.log);
     let alice_gone = ssh_until(pod.pid1, &alice, 255, period * 3, &pod.log);
-    // carol out of the Secret again: dstack's own line stays.
-    secret.publish(&[("bob", entry(&bob_pub))]);
-    std::thread::sleep(period * 2);
+    // carol out of the Secret again, dave in: once dave is accepted, the merge has read this
+    // Secret, and dstack's own line for carol must have stayed.
+    let (dave, dave_pub) = keypair(&dir, "dave");
+    secret.publish(&[("bob", entry(&bob_pub)), ("dave", entry(&dave_pub))]);
+    ssh_until(pod.pid1, &dave, 1, period * 3, &pod.log);
     assert_eq!(
         ssh_in(pod.pid1, &carol, None).0,
         1,
@@ -417,9 +419,18 @@ fn a_stopped_pod_accepts_through_the_handover_then_ends_with_its_last_session(
         not_ready >= handover - Duration::from_secs(1),
         "the probe failed {not_ready:?} after the stop, before the handover's end"
     );
-    // The session holds the pod (the connection that never logged in does not); the listener
-    // is still open for it.
-    std::thread::sleep(Duration::from_secs(3));
+    // The session holds the pod (the connection that never logged in does not): the hook
+    // counted it and waits; the listener is still open for it.
+    let waiting = "waiting for 1 authenticated SSH session(s)";
+    let start = Instant::now();
+    while !pod.logs().contains(waiting) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the hook never said it waits for the session:\n{}",
+            pod.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(session.open_still(), "the session was cut:\n{}", pod.logs());
     assert!(!pod.ended(), "the pod ended with a session open");
     let closed = Instant::now();
