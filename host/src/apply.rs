@@ -169,19 +169,12 @@ pub async fn apply(
                 why,
                 resource_version,
             } => {
-                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-                let patch = serde_json::json!({"metadata": {
-                    "resourceVersion": resource_version,
-                    "annotations": {
-                        surge::RETIRING_ANNOTATION: why,
-                        surge::DELETION_COST_ANNOTATION: surge::RETIRING_COST,
-                    },
-                }});
-                merge_patch(
+                mark_retiring(
                     kube,
-                    &api,
-                    &patch,
-                    Op::new("patch", "pods", Some(namespace), Some(name)),
+                    namespace,
+                    name,
+                    resource_version.as_deref(),
+                    Some(why),
                 )
                 .await?
             }
@@ -189,24 +182,7 @@ pub async fn apply(
                 name,
                 resource_version,
                 ..
-            } => {
-                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-                // null removes an annotation (JSON merge patch, RFC 7386).
-                let patch = serde_json::json!({"metadata": {
-                    "resourceVersion": resource_version,
-                    "annotations": {
-                        surge::RETIRING_ANNOTATION: null,
-                        surge::DELETION_COST_ANNOTATION: null,
-                    },
-                }});
-                merge_patch(
-                    kube,
-                    &api,
-                    &patch,
-                    Op::new("patch", "pods", Some(namespace), Some(name)),
-                )
-                .await?
-            }
+            } => mark_retiring(kube, namespace, name, resource_version.as_deref(), None).await?,
             Action::ScaleReplicaSet {
                 name,
                 replicas,
@@ -297,6 +273,33 @@ where
 
 /// A JSON merge patch; a 404 (the pod or ReplicaSet gone meanwhile) is a success, a 409
 /// Conflict (the resourceVersion it carries is no longer the object's) is stale.
+/// Sets the retiring mark and the lowest deletion cost on a pod (`why`), or removes both
+/// (None: a JSON merge patch's null removes a key, RFC 7386), if the pod is still at
+/// `resource_version`.
+async fn mark_retiring(
+    kube: &Kube,
+    namespace: &str,
+    name: &str,
+    resource_version: Option<&str>,
+    why: Option<&str>,
+) -> Result<ActionOutcome, HostError> {
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": resource_version,
+        "annotations": {
+            surge::RETIRING_ANNOTATION: why,
+            surge::DELETION_COST_ANNOTATION: why.map(|_| surge::RETIRING_COST),
+        },
+    }});
+    merge_patch(
+        kube,
+        &api,
+        &patch,
+        Op::new("patch", "pods", Some(namespace), Some(name)),
+    )
+    .await
+}
+
 async fn merge_patch<K>(
     kube: &Kube,
     api: &Api<K>,
