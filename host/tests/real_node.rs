@@ -1110,35 +1110,6 @@ fn disruption_config(scenario: &Scenario) -> (Config, String) {
     (config, text)
 }
 
-/// Runs `kubectl` as the admin, arguments as given; its output.
-async fn kubectl(args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(jumppod_testkit::cluster::admin_kubeconfig())
-        .args(args)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("kubectl")
-}
-
-/// Undoes, when dropped, what a scenario did to a node (`kubectl` arguments), so that a failed
-/// scenario leaves both nodes schedulable for the ones after it.
-struct Restore(Vec<String>);
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        let status = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(jumppod_testkit::cluster::admin_kubeconfig())
-            .args(&self.0)
-            .status();
-        if !matches!(status, Ok(s) if s.success()) {
-            eprintln!("kubectl {:?} failed: {status:?}", self.0);
-        }
-    }
-}
-
 /// The handover and the session drain: how long an open session outlives the start of its
 /// pod's termination.
 fn outlives() -> Duration {

@@ -124,7 +124,8 @@ def objects(api, namespace, project):
     return found
 
 
-def jump_pod(args, api):
+def create_if_missing(args, api):
+    """What run_job does for the jump pod, through `api`."""
     jump_pod, service = names(args.project)
     compute._create_jump_pod_service_if_not_exists(
         api=api,
@@ -136,6 +137,10 @@ def jump_pod(args, api):
         # As run_job: the project key alone; users' keys come later, over SSH.
         authorized_keys=build_authorized_keys(read(args.project_key), []),
     )
+
+
+def jump_pod(args, api):
+    create_if_missing(args, api)
     return objects(api, args.namespace, args.project)
 
 
@@ -240,15 +245,7 @@ class Recorder:
 def replicaset(args, api):
     jump_pod, service = names(args.project)
     recorder = Recorder(api)
-    compute._create_jump_pod_service_if_not_exists(
-        api=recorder,
-        namespace=args.namespace,
-        project_name=args.project,
-        jump_pod_name=jump_pod,
-        jump_pod_service_name=service,
-        jump_pod_port=args.port,
-        authorized_keys=build_authorized_keys(read(args.project_key), []),
-    )
+    create_if_missing(args, recorder)
     pod = recorder.created["create_namespaced_pod"]
     apps = client.AppsV1Api(api.api_client)
     created = []

@@ -127,18 +127,6 @@ async fn ready_again(pods: &Api<Pod>, name: &str, uid: &str) -> Pod {
     .await
 }
 
-/// `kubectl` as the admin.
-async fn kubectl(args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(admin_kubeconfig())
-        .args(args)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("kubectl")
-}
-
 /// `kubectl drain` of `node`, only the project's jump pods evicted (`--force`: a bare pod has
 /// no controller, which drain refuses without it); how long it took.
 async fn drain(node: &str, jump_pod: &str) -> Duration {
@@ -162,22 +150,6 @@ async fn drain(node: &str, jump_pod: &str) -> Duration {
         String::from_utf8_lossy(&out.stderr)
     );
     started.elapsed()
-}
-
-/// Uncordons a node when dropped, so that a failed scenario leaves it schedulable.
-struct Uncordon(String);
-
-impl Drop for Uncordon {
-    fn drop(&mut self) {
-        let status = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(admin_kubeconfig())
-            .args(["uncordon", &self.0])
-            .status();
-        if !matches!(status, Ok(s) if s.success()) {
-            eprintln!("kubectl uncordon {}: {status:?}", self.0);
-        }
-    }
 }
 
 /// Of the probes made since `from`: how many were refused or failed, of how many. Each
@@ -238,7 +210,7 @@ async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_i
     let probes = Probes::start_on(key, &["127.0.0.1", nodes.other_than(&node)], port);
     probes.answering(&name).await;
     let began = Instant::now();
-    let _uncordon = Uncordon(node.clone());
+    let _uncordon = Restore(vec!["uncordon".into(), node.clone()]);
     let took = drain(&node, &name).await;
     let again = ready_again(
         &pods,
@@ -410,7 +382,7 @@ async fn dstacks_own_replicaset_is_drained_refusing_nothing_and_keeps_the_users_
     let probes = Probes::start_on(key, &["127.0.0.1", nodes.other_than(&node)], port);
     probes.answering(&first_name).await;
     let began = Instant::now();
-    let _uncordon = Uncordon(node.clone());
+    let _uncordon = Restore(vec!["uncordon".into(), node.clone()]);
     let took = drain(&node, &name).await;
     let second = wait_for_up_to("another pod of the ReplicaSet Ready", POD_UP, || async {
         let list = pods

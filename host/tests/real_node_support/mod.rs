@@ -544,3 +544,32 @@ pub async fn back_up(kube: &Kube, node: &str) {
     })
     .await;
 }
+
+/// Runs `kubectl` as the admin, arguments as given; its output.
+pub async fn kubectl(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(jumppod_testkit::cluster::admin_kubeconfig())
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("kubectl")
+}
+
+/// Undoes, when dropped, what a scenario did to a node (`kubectl` arguments), so that a failed
+/// scenario leaves both nodes schedulable for the ones after it.
+pub struct Restore(pub Vec<String>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let status = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(jumppod_testkit::cluster::admin_kubeconfig())
+            .args(&self.0)
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            eprintln!("kubectl {:?} failed: {status:?}", self.0);
+        }
+    }
+}

@@ -266,11 +266,9 @@ fn ready_on(node: &str) -> Pod {
     pod
 }
 
-/// dstack's own ReplicaSet (its ReplicaSet change): its template is dstack's pod, its command
-/// `/bin/sh` with `-c` and the steps as arguments, and no resources.
-fn dstacks_rs() -> ReplicaSet {
-    let mut rs = rs(1);
-    let container = &mut rs
+/// The first container of `rs`'s template.
+fn first_container(rs: &mut ReplicaSet) -> &mut k8s_openapi::api::core::v1::Container {
+    &mut rs
         .spec
         .as_mut()
         .unwrap()
@@ -280,7 +278,14 @@ fn dstacks_rs() -> ReplicaSet {
         .spec
         .as_mut()
         .unwrap()
-        .containers[0];
+        .containers[0]
+}
+
+/// dstack's own ReplicaSet (its ReplicaSet change): its template is dstack's pod, its command
+/// `/bin/sh` with `-c` and the steps as arguments, and no resources.
+fn dstacks_rs() -> ReplicaSet {
+    let mut rs = rs(1);
+    let container = first_container(&mut rs);
     container.command = Some(vec!["/bin/sh".into()]);
     container.args = Some(vec![
         "-c".into(),
@@ -324,17 +329,8 @@ fn dstacks_own_replicaset_is_not_drift_but_is_surged_off_a_cordoned_node() {
 #[test]
 fn ensures_replicaset_with_another_command_is_still_drift() {
     let mut rs = rs(1);
-    rs.spec
-        .as_mut()
-        .unwrap()
-        .template
-        .as_mut()
-        .unwrap()
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers[0]
-        .command = Some(vec!["/bin/sh".into(), "-c".into(), "exec sshd -D".into()]);
+    first_container(&mut rs).command =
+        Some(vec!["/bin/sh".into(), "-c".into(), "exec sshd -D".into()]);
     assert!(!crate::manifest::is_dstacks_own(&rs));
     let observed = observed(
         &key(),
