@@ -98,8 +98,8 @@ pub enum Command {
     },
     /// Add, remove or list users' SSH keys. They are kept in the Secret
     /// <name>-authorized-keys, which the jump pod mounts: a replacement pod has them from its
-    /// start, the running pod within about 100 seconds (the kubelet refreshes the mounted
-    /// Secret on its pod sync, every minute plus jitter, then the pod merges it every 10
+    /// start, a running pod within about 10 seconds (a change annotates the running pods that
+    /// mount the Secret, so that their kubelet remounts it at once; the pod merges it every 10
     /// seconds). Each is restricted as dstack restricts a job's user: command="/bin/false", so
     /// it can jump (ssh -J) but not open a shell.
     Keys {

@@ -96,6 +96,17 @@ pub enum HostError {
         #[source]
         source: serde_json::Error,
     },
+    /// A change of the users' keys was written, but a running pod that mounts them could not
+    /// be told to remount them ([`crate::keys::refresh`]).
+    #[error(
+        "{written}; but the running jump pods were not all told to remount the Secret (they get it at the kubelet's sync, within {}): {source}",
+        jumppod_plan::keys::PROPAGATION_UNTOLD
+    )]
+    Untold {
+        written: String,
+        #[source]
+        source: Box<HostError>,
+    },
     /// Output that could not be written (stdout closed, a directory that does not exist).
     #[error("cannot write {what}")]
     Write {
@@ -112,6 +123,7 @@ impl HostError {
             HostError::PolicyRejected { .. } => exit::POLICY_REJECTED,
             HostError::NotReady(_) => exit::NOT_READY,
             HostError::Api { .. } | HostError::NodePortTaken { .. } => exit::API,
+            HostError::Untold { source, .. } => source.exit_code(),
             #[cfg(feature = "wasm")]
             HostError::PolicyModule(_) => exit::USAGE,
             HostError::Policy(_)
@@ -139,6 +151,7 @@ impl HostError {
             HostError::GaveUp { .. } => "gaveUp",
             HostError::Client { .. } | HostError::Kube(_) | HostError::NoConfig(_) => "client",
             HostError::Controller(_) => "controller",
+            HostError::Untold { source, .. } => source.kind(),
             HostError::Encode { .. } | HostError::Write { .. } => "error",
         }
     }
@@ -154,6 +167,7 @@ impl HostError {
                 | HostError::Api { .. }
                 | HostError::NodePortTaken { .. }
                 | HostError::GaveUp { .. }
+                | HostError::Untold { .. }
         );
         if !carries_its_cause {
             let mut cause = std::error::Error::source(self);

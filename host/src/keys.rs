@@ -1,17 +1,20 @@
 //! `jumppod keys`: reads the Secret of users' keys, lets the planning crate decide the one write
-//! ([`jumppod_plan::keys::decide`]) and makes it, deciding again on a lost race.
+//! ([`jumppod_plan::keys::decide`]) and makes it, deciding again on a lost race; then tells the
+//! running pods that mount it ([`jumppod_plan::refresh`]).
 
-use crate::api::{Kube, Op, explain, is_already_exists, is_conflict};
+use crate::api::{Kube, Op, explain, is_already_exists, is_conflict, is_not_found};
 use crate::error::HostError;
 use crate::observe::get_opt;
 use jumppod_plan::config::Config;
 use jumppod_plan::keys::{Change, ChangeReport, KeyList, PROPAGATION, Write, decide, entries};
 use jumppod_plan::manifest::keys_secret_name;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 
-/// Reads the Secret, decides, writes; a lost race (409) is decided again on a fresh read.
+/// Reads the Secret, decides, writes; a lost race (409) is decided again on a fresh read. Then
+/// tells the running pods that mount it ([`refresh`]); one that cannot be told is an error that
+/// says the change is written.
 #[tracing::instrument(name = "keys", skip_all, fields(namespace = %config.namespace, secret = tracing::field::Empty))]
 pub async fn change(
     kube: &Kube,
@@ -21,58 +24,113 @@ pub async fn change(
     let ns = config.namespace.as_str();
     let name = keys_secret_name(&config.name);
     tracing::Span::current().record("secret", name.as_str());
-    let (outcome, entry) = write(kube, ns, &name, |found| {
+    let ((outcome, entry), now) = write(kube, ns, &name, |found| {
         let (write, outcome, entry) = decide(config, found, change);
         (write, (outcome, entry))
     })
     .await?;
     tracing::info!(entry, ?outcome, "authorized keys changed");
+    // Only a write has something to tell: the same key again costs one read.
+    let told = match &now {
+        Some(secret) => refresh(kube, ns, &config.name, secret)
+            .await
+            .map_err(|source| HostError::Untold {
+                written: format!("key {entry} in secret {ns}/{name}: {outcome}"),
+                source: Box::new(source),
+            })?,
+        None => Vec::new(),
+    };
     Ok(ChangeReport {
         namespace: ns.to_owned(),
         secret: name,
         entry,
         outcome,
+        told,
         propagation: PROPAGATION,
     })
 }
 
 /// Makes the keys of the project's live jobs (`granted`) the controller's entries of the
-/// Secret, the others untouched ([`jumppod_plan::grants::decide`]). Whether it wrote.
+/// Secret, the others untouched ([`jumppod_plan::grants::decide`]), and tells the running pods
+/// when it wrote. Whether it wrote.
 pub async fn grant(
     kube: &Kube,
     key: &jumppod_plan::controller::ProjectKey,
     granted: &std::collections::BTreeMap<String, String>,
 ) -> Result<bool, HostError> {
     let name = keys_secret_name(&key.name);
-    write(kube, &key.namespace, &name, |found| {
+    let (wrote, now) = write(kube, &key.namespace, &name, |found| {
         let write =
             jumppod_plan::grants::decide(&key.namespace, &key.name, key.project(), found, granted);
         let wrote = !matches!(write, Write::None);
         (write, wrote)
     })
-    .await
+    .await?;
+    if let Some(secret) = &now
+        && let Err(e) = refresh(kube, &key.namespace, &key.name, secret).await
+    {
+        tracing::warn!(error = %e, "the running pods were not all told of the keys: they get them at the kubelet's sync");
+    }
+    Ok(wrote)
+}
+
+/// Tells the running jump pods of `instance` that mount `secret` of what it holds now
+/// ([`jumppod_plan::refresh`]), so that their kubelets remount it at once. The pods told; the
+/// first error once every pod was tried.
+pub async fn refresh(
+    kube: &Kube,
+    ns: &str,
+    instance: &str,
+    secret: &Secret,
+) -> Result<Vec<String>, HostError> {
+    let pods = crate::observe::pods_of(kube, ns, instance).await?;
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let params = PatchParams::default();
+    let (mut told, mut failed) = (Vec::new(), None);
+    for refresh in jumppod_plan::refresh::refreshes(secret, &pods) {
+        let op = Op::new("patch", "pods", Some(ns), Some(&refresh.pod));
+        let patch = Patch::Merge(&refresh.patch);
+        match kube
+            .retry(&op, || api.patch(&refresh.pod, &params, &patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(pod = refresh.pod, "told to remount the users' keys");
+                told.push(refresh.pod);
+            }
+            // Gone since the list: nothing left to tell.
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => {
+                let e = explain(&op, e);
+                tracing::warn!(pod = refresh.pod, error = %e, "not told of the users' keys");
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    failed.map_or(Ok(told), Err)
 }
 
 /// Reads the Secret `name`, lets `decide` choose the one write, makes it; another writer's
 /// create or change since the read (409) is decided again on a fresh read, within the deadline.
+/// Also the Secret as written (None: nothing was written).
 async fn write<T>(
     kube: &Kube,
     ns: &str,
     name: &str,
     decide: impl Fn(Option<&Secret>) -> (Write, T),
-) -> Result<T, HostError> {
+) -> Result<(T, Option<Secret>), HostError> {
     let api: Api<Secret> = Api::namespaced(kube.client.clone(), ns);
     let (post, patch_params) = (PostParams::default(), PatchParams::default());
     loop {
         let found = get_opt(kube, &api, Op::new("get", "secrets", Some(ns), Some(name))).await?;
         let (write, decided) = decide(found.as_ref());
         let result = match &write {
-            Write::None => Ok(()),
+            Write::None => Ok(None),
             Write::Create(secret) => {
                 let op = Op::new("create", "secrets", Some(ns), Some(name));
                 kube.retry(&op, || api.create(&post, secret))
                     .await
-                    .map(drop)
+                    .map(Some)
                     .map_err(|e| (op.verb, e))
             }
             Write::Patch(patch) => {
@@ -80,12 +138,12 @@ async fn write<T>(
                 let op = Op::new("patch", "secrets", Some(ns), Some(name));
                 kube.retry(&op, || api.patch(name, &patch_params, &patch))
                     .await
-                    .map(drop)
+                    .map(Some)
                     .map_err(|e| (op.verb, e))
             }
         };
         match result {
-            Ok(()) => return Ok(decided),
+            Ok(now) => return Ok((decided, now)),
             // Another writer created the Secret or changed it since the read: decide again.
             Err((_, e)) if is_already_exists(&e) || is_conflict(&e) => {
                 tracing::info!(error = %e, "the Secret changed meanwhile, reading it again");

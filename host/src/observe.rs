@@ -78,10 +78,14 @@ pub async fn bare_pod(kube: &Kube, config: &Config) -> Result<Option<Pod>, HostE
 
 /// Pods labelled `app.kubernetes.io/instance=<name>`.
 pub async fn pods(kube: &Kube, config: &Config) -> Result<Vec<Pod>, HostError> {
-    let api: Api<Pod> = Api::namespaced(kube.client.clone(), &config.namespace);
-    let params =
-        ListParams::default().labels(&format!("{}={}", schema::INSTANCE_LABEL, config.name));
-    let op = Op::new("list", "pods", Some(&config.namespace), None);
+    pods_of(kube, &config.namespace, &config.name).await
+}
+
+/// Pods labelled `app.kubernetes.io/instance=<instance>` in `ns`.
+pub async fn pods_of(kube: &Kube, ns: &str, instance: &str) -> Result<Vec<Pod>, HostError> {
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let params = ListParams::default().labels(&format!("{}={instance}", schema::INSTANCE_LABEL));
+    let op = Op::new("list", "pods", Some(ns), None);
     match kube.retry(&op, || api.list(&params)).await {
         Ok(list) => Ok(list.items),
         // A namespace that does not exist has no pods.

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | replicasets (apps) | get, create | ensure |
 //! | services | get, create, delete | ensure (delete: the pre-#3891 Service), resolve, status |
-//! | pods | get, list, delete | ensure (get/delete: the legacy pod), resolve, status |
+//! | pods | get, list, delete, patch | ensure (get/delete: the legacy pod), resolve, status, keys (patch: the running pods told to remount the keys) |
 //! | secrets | get, create, patch | keys (the users' keys, `<name>-authorized-keys`) |
 //! | namespaces (cluster) | get, create | ensure when the namespace may be missing, status |
 //! | nodes (cluster) | get, list | resolve without `hostname` |
@@ -40,7 +40,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         group: "",
         resource: "pods",
-        verbs: &["get", "list", "delete"],
+        verbs: &["get", "list", "delete", "patch"],
         cluster: false,
     },
     // Write access to the keys is root-free SSH access to the jump host: kept on Secrets,
@@ -399,8 +399,9 @@ mod tests {
             json!({"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "create"]})
         );
         assert!(!text.contains("watch") && !text.contains("update"));
-        // patch only on secrets: the keys' entries are changed one by one.
-        assert_eq!(text.matches("patch").count(), 1, "{text}");
+        // patch only on secrets (the keys' entries are changed one by one) and pods (the
+        // running ones annotated after a change of the keys).
+        assert_eq!(text.matches("patch").count(), 2, "{text}");
     }
 
     /// The controller's rules that go in a Role (or, with `-A`, in the watch ClusterRole).

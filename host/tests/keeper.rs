@@ -9,6 +9,7 @@ use jumppod::schema;
 use jumppod_host::api::Kube;
 use jumppod_plan::keeper::{RECREATED_ANNOTATION, STANDBY_ANNOTATION};
 use jumppod_plan::objects::{annotation, is_active, is_ready};
+use jumppod_plan::refresh::DIGEST_ANNOTATION;
 use jumppod_testkit::cluster::{
     UserKind, admin, cluster_dir, evict, fresh_user, grant_controller, kubeconfig_of, namespace,
     played_node, remove_played_nodes, typed, wait_for,
@@ -77,6 +78,11 @@ impl Project {
     /// What `_create_jump_pod_service_if_not_exists` creates: the bare pod (dstack's labels,
     /// its container and command) and the NodePort Service selecting its instance label.
     async fn dstack_made(&self) -> (Pod, Service) {
+        self.dstack_made_with(None).await
+    }
+
+    /// [`Project::dstack_made`], the pod with `volume` too (what the policy's kit adds).
+    async fn dstack_made_with(&self, volume: Option<Value>) -> (Pod, Service) {
         let labels = schema::current_labels(&self.name, PROJECT);
         let mut spec = json!({"containers": [{
             "name": schema::container_name(&self.name),
@@ -88,6 +94,9 @@ impl Project {
         spec.as_object_mut()
             .unwrap()
             .extend(self.placement().as_object().unwrap().clone());
+        if let Some(volume) = volume {
+            spec["volumes"] = json!([volume]);
+        }
         let pod: Pod =
             typed(json!({"metadata": {"name": self.name, "labels": labels}, "spec": spec}));
         self.pods()
@@ -111,6 +120,20 @@ impl Project {
         wait_for("the jump pod Ready under its name", || async {
             let pod = self.pods().get(&self.name).await.ok()?;
             (is_ready(&pod) && pod.metadata.uid.as_deref() != not).then_some(pod)
+        })
+        .await
+    }
+
+    /// Waits until the jump pod carries the digest of the users' keys Secret as it is: its
+    /// kubelet was told to remount it.
+    async fn told_of_keys(&self, what: &str) {
+        let secrets: Api<Secret> = Api::namespaced(self.kube.client.clone(), self.ns);
+        let secret_name = jumppod_plan::manifest::keys_secret_name(&self.name);
+        wait_for(what, || async {
+            let secret = secrets.get(&secret_name).await.ok()?;
+            let pod = self.pods().get(&self.name).await.ok()?;
+            let wanted = jumppod_plan::refresh::digest(&secret);
+            (annotation(&pod.metadata, DIGEST_ANNOTATION) == Some(wanted.as_str())).then_some(())
         })
         .await
     }
@@ -254,9 +277,13 @@ const JOB_SCRIPT: &str = include_str!("../../plan/src/grants/dstack-0.22.5-job-a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_keys_granted_to_live_jobs_are_kept_in_the_users_keys_secret() {
     let project = Project::start("keep-keys").await;
-    project.dstack_made().await;
-    let secrets: Api<Secret> = Api::namespaced(project.kube.client.clone(), project.ns);
     let secret_name = jumppod_plan::manifest::keys_secret_name(&project.name);
+    // The Secret mounted as the policy's kit mounts it, so that the pod is told of each write.
+    project
+        .dstack_made_with(Some(json!({"name": jumppod::kit::KEYS_VOLUME,
+            "secret": {"secretName": secret_name, "optional": true}})))
+        .await;
+    let secrets: Api<Secret> = Api::namespaced(project.kube.client.clone(), project.ns);
     // An operator's own entry (`jumppod keys add`): never touched.
     let operator = "command=\"/bin/false\" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHeyQo/3L9deSvuZT1MzN+0KIL2DwIC+7DNGrlLtTOO2 ops\n";
     let seeded: Secret = typed(json!({"metadata": {"name": secret_name},
@@ -311,6 +338,9 @@ async fn the_keys_granted_to_live_jobs_are_kept_in_the_users_keys_secret() {
     ] {
         assert!(lines.iter().any(|l| l.contains(blob)), "{blob}: {lines:?}");
     }
+    project
+        .told_of_keys("the jump pod told of the job's keys")
+        .await;
 
     // The job ends: its keys go, the operator's stay.
     project
@@ -323,5 +353,8 @@ async fn the_keys_granted_to_live_jobs_are_kept_in_the_users_keys_secret() {
         (entries(&s) == ["ops"]).then_some(())
     })
     .await;
+    project
+        .told_of_keys("the jump pod told of the keys gone")
+        .await;
     project.done().await;
 }

@@ -25,7 +25,7 @@ async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
     let checked =
         scenario::removing_any_one_verb_fails_naming_it(|_| Cluster::sim_with_rbac(), &[]).await;
     assert_eq!(
-        checked, 14,
+        checked, 15,
         "every verb but `namespaces create` (tested below)"
     );
 }

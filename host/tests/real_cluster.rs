@@ -81,7 +81,7 @@ async fn removing_any_one_verb_fails_naming_the_verb_and_the_resource() {
     )
     .await;
     assert_eq!(
-        checked, 13,
+        checked, 14,
         "every verb but `namespaces create` and `nodes list`"
     );
 }

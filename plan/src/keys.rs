@@ -3,8 +3,8 @@
 //!
 //! dstack authorizes a job's user by appending `command="/bin/false" <key>` to the running
 //! pod's `authorized_keys`; a replacement pod starts without it. `jumppod keys add` writes the
-//! same line into the Secret, so every later pod has it from its start, and the running pod
-//! within [`PROPAGATION`].
+//! same line into the Secret, so every later pod has it from its start, and the running pod,
+//! told of the change ([`crate::refresh`]), within [`PROPAGATION`].
 //!
 //! Decide apart from write: [`decide`] turns the Secret as read and the wanted change into one
 //! write (or none); the host's `keys::change` reads, decides and writes, again on a lost race.
@@ -24,11 +24,15 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// How long a change of the Secret takes to reach a running pod: the kubelet refreshes a
-/// mounted Secret on its periodic sync (`syncFrequency`, 1 minute by default), then the pod's
-/// merge loop copies it within `manifest::KEYS_MERGE_SECONDS`.
+/// How long a change of the Secret takes to reach a running pod that was told of it
+/// ([`crate::refresh`]): its kubelet remounts the Secret at once, then the pod's merge loop
+/// copies it within `manifest::KEYS_MERGE_SECONDS`.
 pub const PROPAGATION: &str =
-    "about 70 seconds (the kubelet's 1-minute sync, then the pod's 10-second merge)";
+    "about 10 seconds (its kubelet remounts the Secret at once, then the pod's 10-second merge)";
+
+/// The same for a running pod that was not told: the kubelet remounts a Secret on its
+/// periodic sync (`syncFrequency`, 1 minute by default, plus up to half of it as jitter).
+pub const PROPAGATION_UNTOLD: &str = "about 100 seconds (the kubelet's 1-minute sync and its jitter, then the pod's 10-second merge)";
 
 /// Why `name` cannot name a Secret entry (the API server's rule for data keys), or None.
 pub fn entry_name_problem(name: &str) -> Option<&'static str> {
@@ -162,6 +166,18 @@ pub enum EntryOutcome {
     NotPresent,
 }
 
+impl fmt::Display for EntryOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EntryOutcome::Added => "added",
+            EntryOutcome::Replaced => "replaced",
+            EntryOutcome::Unchanged => "already there, unchanged",
+            EntryOutcome::Removed => "removed",
+            EntryOutcome::NotPresent => "not there, nothing to remove",
+        })
+    }
+}
+
 /// The Secret of `config`'s jump pod, holding `data`.
 pub fn secret(config: &Config, data: BTreeMap<String, ByteString>) -> Secret {
     Secret {
@@ -242,32 +258,37 @@ pub struct ChangeReport {
     pub secret: String,
     pub entry: String,
     pub outcome: EntryOutcome,
+    /// The running jump pods told to remount the Secret as it is now ([`crate::refresh`]).
+    pub told: Vec<String>,
     /// How long until a running pod has the change.
     pub propagation: &'static str,
 }
 
 impl fmt::Display for ChangeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.outcome {
-            EntryOutcome::Added => "added",
-            EntryOutcome::Replaced => "replaced",
-            EntryOutcome::Unchanged => "already there, unchanged",
-            EntryOutcome::Removed => "removed",
-            EntryOutcome::NotPresent => "not there, nothing to remove",
-        };
         writeln!(
             f,
-            "key {} in secret {}/{}: {what}",
-            self.entry, self.namespace, self.secret
+            "key {} in secret {}/{}: {}",
+            self.entry, self.namespace, self.secret, self.outcome
         )?;
-        if matches!(
+        let changed = matches!(
             self.outcome,
             EntryOutcome::Added | EntryOutcome::Replaced | EntryOutcome::Removed
-        ) {
+        );
+        if changed {
+            writeln!(f, "  a replacement jump pod has it from its start")?;
+        }
+        if !self.told.is_empty() {
             writeln!(
                 f,
-                "  a replacement jump pod has it from its start; the running pod within {}",
+                "  running jump pod(s) {} told to remount the Secret: they have it within {}",
+                self.told.join(", "),
                 self.propagation
+            )?;
+        } else if changed {
+            writeln!(
+                f,
+                "  no running jump pod to tell: one that starts mounts it as it is"
             )?;
         }
         Ok(())

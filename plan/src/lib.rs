@@ -14,6 +14,7 @@
 //! - [`planner`]: observed objects in, a plan out (and drift of the template);
 //! - [`keys`]: the Secret of users' keys: the one write a change needs;
 //! - [`grants`]: the keys dstack granted to live jobs, read from their pods, kept in that Secret;
+//! - [`refresh`]: the running pods told of that Secret's change, so that their kubelet remounts it;
 //! - [`surge`]: a pod on a node going away replaced before it goes;
 //! - [`keeper`]: a released dstack server's bare jump pod made again under its name, and its standby;
 //! - [`controller`]: `jumppod run`'s decisions per project;
@@ -32,6 +33,7 @@ pub mod manifest;
 pub mod objects;
 pub mod planner;
 pub mod public_key;
+pub mod refresh;
 pub mod surge;
 
 pub use config::{Config, RawConfig};

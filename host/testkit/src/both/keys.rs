@@ -89,6 +89,56 @@ pub async fn a_key_added_is_mounted_by_the_replacement_pod_and_a_removed_key_is_
     );
 }
 
+/// A change tells the running pod that mounts the Secret to remount it: the pod's annotation
+/// carries the digest of the Secret as written (a pod's changed annotations make its kubelet
+/// sync it, and a sync remounts its Secrets), the report names the pod; a change that writes
+/// nothing tells nobody.
+pub async fn the_running_pod_is_told_of_each_change(cluster: &Cluster) {
+    use jumppod_host::keys;
+    use jumppod_plan::keys::{Change, EntryOutcome};
+    use jumppod_plan::refresh::{DIGEST_ANNOTATION, digest};
+    let config = cluster.config("hostname: h");
+    cluster.ensure(&config).await.expect("ensure");
+    cluster.settle().await;
+    let kube = cluster.kube().await;
+    let pod = cluster.resolve(&config).await.expect("resolve").proxy.pod;
+    let told_of = || async {
+        let pod = cluster.get("pods", &pod).await.expect("the running pod");
+        let secret = cluster.get("secrets", SECRET).await.expect("the Secret");
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(secret).unwrap();
+        (
+            pod["metadata"]["annotations"][DIGEST_ANNOTATION].clone(),
+            digest(&secret),
+        )
+    };
+
+    let added = keys::change(&kube, &config, &Change::add(ALICE, Some("alice")).unwrap())
+        .await
+        .expect("add a key");
+    assert_eq!(
+        (added.outcome, &added.told),
+        (EntryOutcome::Added, &vec![pod.clone()])
+    );
+    let (annotated, after_add) = told_of().await;
+    assert_eq!(annotated, after_add.as_str());
+
+    let again = keys::change(&kube, &config, &Change::add(ALICE, Some("alice")).unwrap())
+        .await
+        .expect("add it again");
+    assert_eq!(
+        (again.outcome, again.told.len()),
+        (EntryOutcome::Unchanged, 0)
+    );
+
+    let removed = keys::change(&kube, &config, &Change::remove("alice").unwrap())
+        .await
+        .expect("remove it");
+    assert_eq!(removed.told, vec![pod.clone()]);
+    let (annotated, after_remove) = told_of().await;
+    assert_eq!(annotated, after_remove.as_str());
+    assert_ne!(after_remove, after_add);
+}
+
 /// The same key added again costs one read of the Secret and no write.
 pub async fn the_same_key_again_costs_one_read_and_no_write(cluster: &Cluster) {
     use jumppod_host::keys;
@@ -161,6 +211,9 @@ macro_rules! keys_scenarios {
                 /// With the real ReplicaSet controller: the replacement of an evicted pod.
                 real a_key_added_is_mounted_by_the_pod_that_replaces_an_evicted_one
                     = real("rc-keys");
+            the_running_pod_is_told_of_each_change:
+                sim the_running_pod_is_told_of_each_change = sim(),
+                real the_running_pod_is_told_of_each_change = real("rc-keys-told");
             the_same_key_again_costs_one_read_and_no_write:
                 sim the_same_key_again_costs_one_read_and_no_write = sim(),
                 /// Counted in the audit log.

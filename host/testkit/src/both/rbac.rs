@@ -11,8 +11,9 @@ pub async fn rbac_flow(cluster: &Cluster, kube: &Kube) -> Result<(), HostError> 
     let fresh = config_for(cluster.ns(), "fresh", SMALL);
     jumppod_host::ensure(kube, &fresh, &gate()).await?;
     jumppod_host::ensure(kube, &cluster.config(SMALL), &gate()).await?;
-    keys_flow(kube, &fresh).await?;
+    // After the ReplicaSet's pods exist: a change of the keys tells them (pods patch).
     cluster.settle().await;
+    keys_flow(kube, &fresh).await?;
     let proxy = resolve::resolve(kube, &fresh).await?.proxy;
     assert_eq!(proxy.hostname, cluster.external_ip());
     Ok(())
