@@ -39,7 +39,7 @@ STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 NICE         := nice -n 10
 
-.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-check
+.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-rootfs real-node-check
 
 all: policy
 
@@ -181,10 +181,11 @@ check: policy lint
 	set -o pipefail; $(TEST_CARGO) test --workspace --features $(FEATURES) $(CHECK_TESTS) 2>&1 | tee $(TARGET_DIR)/check.log
 	@$(call count-tests,tests,$(TARGET_DIR)/check.log)
 
-## test: what CI runs. Three lanes at once (`test-lanes`): the cargo builds, one after another;
-## beside them Go, Debian's packages, the images, the builds outside target/ and the real-node
-## check; and the suites that need no real node (unit, chart-check, web-test) as soon as what
-## they run is built. The builds are niced and the suites are not, so a suite waiting on its
+## test: what CI runs. Four lanes at once (`test-lanes`): the cargo builds, one after another;
+## beside them Go, the control plane's checks and the real-node check; the downloads (Debian's
+## packages, the real nodes' root filesystem, dstack's virtual environment), which need little
+## CPU; and the suites that need no real node (unit, chart-check, web-test) as soon as what they
+## run is built. The builds are niced and the suites are not, so a suite waiting on its
 ## cluster leaves the cores to the builds, not the other way round. Then the real-node
 ## scenarios, alone on the machine: their timing and memory are what they measure. Each
 ## stage's lines carry its name; a table of the stages and their minutes ends the run, passed
@@ -196,19 +197,19 @@ test:
 	  $(call count-tests,all tests (Rust and real nodes and web),$(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log); exit $$rc
 
 test-stages:
-	$(MAKE) --no-print-directory -j3 test-lanes
+	$(MAKE) --no-print-directory -j4 test-lanes
 	$(STAGE) real-node-scenarios $(MAKE) --no-print-directory real-node-scenarios
 
-# The three lanes. In each lane one stage at a time (`|`: order only); between the lanes only
+# The four lanes. In each lane one stage at a time (`|`: order only); between the lanes only
 # what one needs of the other. The builds' stages run at NICE, the suites' not. Cargo locks a
 # profile's directory while it builds, not the whole target/: `unit` runs its (test-profile)
 # binaries while the image's profile is built.
 .PHONY: test-lanes ci-policy ci-test-build ci-image-bin ci-image-check ci-web ci-packages ci-helm \
-  ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images ci-real-node-check ci-dstack-venv ci-web-setup \
-  ci-npm ci-unit ci-chart-check ci-web-test
+  ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-rootfs ci-real-node-images ci-real-node-check \
+  ci-dstack-venv ci-web-setup ci-npm ci-unit ci-chart-check ci-web-test
 test-lanes: ci-policy ci-test-build ci-image-bin ci-image-check ci-web \
-  ci-packages ci-helm ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-images \
-  ci-real-node-check ci-dstack-venv ci-web-setup ci-npm \
+  ci-packages ci-helm ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-rootfs \
+  ci-real-node-images ci-real-node-check ci-dstack-venv ci-web-setup ci-npm \
   ci-unit ci-chart-check ci-web-test
 # The cargo lane.
 ci-policy:
@@ -218,14 +219,16 @@ ci-test-build: | ci-policy
 	$(STAGE) lint+test-build $(NICE) $(MAKE) --no-print-directory -j1 lint
 ci-image-bin: | ci-test-build
 	$(STAGE) image-build $(NICE) $(MAKE) --no-print-directory -j1 image-bin
-ci-image-check: | ci-image-bin ci-controlplane ci-packages
+# The web's tools: rustup's target and a `cargo install`, a build of its own.
+ci-web-setup: | ci-image-bin
+	$(STAGE) web-setup $(NICE) $(MAKE) --no-print-directory -j1 web-setup
+ci-image-check: | ci-web-setup ci-controlplane ci-packages
 	$(STAGE) image-check $(MAKE) --no-print-directory -j1 image-check
-ci-web: | ci-image-check ci-web-setup
+ci-web: | ci-image-check
 	$(STAGE) web-build $(NICE) $(MAKE) --no-print-directory -j1 web
-# The other builds, and the real-node check (its nodes are the machine's: one run at a time).
-ci-packages:
-	$(STAGE) packages $(NICE) $(MAKE) --no-print-directory -j1 packages
-ci-helm: | ci-packages
+# Go and the control plane's checks, then the real-node check (its nodes are the machine's: one
+# run at a time).
+ci-helm:
 	$(STAGE) helm $(NICE) $(MAKE) --no-print-directory -j1 $(HELM)
 ci-controlplane: | ci-helm
 	$(STAGE) controlplane $(NICE) $(MAKE) --no-print-directory -j1 controlplane
@@ -234,16 +237,19 @@ ci-no-wasm: | ci-controlplane
 	$(STAGE) no-wasm $(NICE) $(MAKE) --no-print-directory -j1 no-wasm
 ci-controlplane-check: | ci-no-wasm
 	$(STAGE) controlplane-check $(NICE) $(MAKE) --no-print-directory -j1 controlplane-check
-ci-real-node-images: | ci-controlplane-check
+ci-real-node-images: | ci-controlplane-check ci-real-node-rootfs
 	$(STAGE) real-node-images $(NICE) $(MAKE) --no-print-directory -j1 real-node-images
 ci-real-node-check: | ci-real-node-images
 	$(STAGE) real-node-check $(MAKE) --no-print-directory -j1 real-node-check
-ci-dstack-venv: | ci-real-node-check
+# The downloads: Debian's packages, the real nodes' root filesystem, dstack's virtual
+# environment, the npm packages and Debian's chromium.
+ci-packages:
+	$(STAGE) packages $(NICE) $(MAKE) --no-print-directory -j1 packages
+ci-real-node-rootfs: | ci-packages
+	$(STAGE) real-node-rootfs $(NICE) $(MAKE) --no-print-directory -j1 real-node-rootfs
+ci-dstack-venv: | ci-real-node-rootfs
 	$(STAGE) dstack-venv $(NICE) $(MAKE) --no-print-directory -j1 dstack-venv
-# After the cargo lane's first stage: both lanes would otherwise run rustup at once.
-ci-web-setup: | ci-dstack-venv ci-policy
-	$(STAGE) web-setup $(NICE) $(MAKE) --no-print-directory -j1 web-setup
-ci-npm: | ci-web-setup
+ci-npm: | ci-dstack-venv
 	$(STAGE) npm $(NICE) $(MAKE) --no-print-directory -j1 web/node_modules/.installed $(CHROMIUM)
 # The suites that need no real node.
 ci-unit: | ci-test-build ci-policy ci-no-wasm ci-controlplane ci-helm ci-packages
@@ -367,6 +373,9 @@ real-node-deps:
 REAL_NODE_IMAGES := $(TARGET_DIR)/images
 real-node-images: real-node-deps $(CONTROLPLANE)
 	nice -n 10 controlplane/images/build.sh $(CONTROLPLANE) $(REAL_NODE_IMAGES)
+# The sshd image's Debian root filesystem alone: downloads and unpacking, no control plane.
+real-node-rootfs: real-node-deps
+	nice -n 10 controlplane/images/build.sh --rootfs-only $(REAL_NODE_IMAGES)
 
 ## image: jumppod's OCI image, without Docker or any daemon (image/build.sh): the binary (profile
 ## `image`: release without LTO), policy.wasm, the libraries the binary loads, user 65532; packed

@@ -12,6 +12,8 @@
 # debootstrap.
 #
 # usage: images/build.sh CONTROLPLANE_BINARY OUTDIR
+#        images/build.sh --rootfs-only OUTDIR   (the sshd image's Debian root filesystem alone,
+#        which needs no control plane: `make test` makes it while the control plane builds)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 controlplane=$1
@@ -21,6 +23,29 @@ mirror=http://deb.debian.org/debian
 mkdir -p "$out"
 
 key() { cat "$@" | sha256sum | cut -c1-16; }
+
+# sshd's root filesystem: Debian's sshd and shell. It is kept until its archive exists, so a
+# run that failed while packing does not debootstrap again.
+sshd_key=$(key "$here/build.sh")
+sshd_tar=$out/sshd-$sshd_key.oci.tar
+rootfs=$out/sshd-$sshd_key.rootfs
+if [ ! -f "$sshd_tar" ] && [ ! -f "$rootfs.done" ]; then
+  rm -rf "$rootfs"
+  echo "images: debootstrap $suite minbase + openssh-server into $rootfs (about two minutes)"
+  debootstrap --variant=minbase --include=openssh-server "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 \
+    || { echo "debootstrap failed; see $rootfs.log" >&2; tail -20 "$rootfs.log" >&2; exit 1; }
+  # sshd refuses to start without its privilege-separation directory, which Debian's
+  # init scripts create at boot; a container has no boot.
+  mkdir -p "$rootfs/run/sshd"
+  # What a container never uses: package caches, documentation.
+  rm -rf "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
+    "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/*
+  touch "$rootfs.done"
+fi
+if [ "$controlplane" = --rootfs-only ]; then
+  echo "images: the sshd image's root filesystem is ready"
+  exit 0
+fi
 
 # pause: a static binary alone in its image.
 pause_key=$(key "$here/build.sh" "$here/pause/main.go")
@@ -35,25 +60,8 @@ if [ ! -f "$pause_tar" ]; then
 fi
 ln -sfn "$(basename "$pause_tar")" "$out/pause.oci.tar"
 
-# sshd: Debian's sshd and shell. The rootfs is kept until its archive exists, so a run that
-# failed while packing does not debootstrap again.
-sshd_key=$(key "$here/build.sh")
-sshd_tar=$out/sshd-$sshd_key.oci.tar
-rootfs=$out/sshd-$sshd_key.rootfs
+# sshd: its root filesystem packed.
 if [ ! -f "$sshd_tar" ]; then
-  if [ ! -f "$rootfs.done" ]; then
-    rm -rf "$rootfs"
-    echo "images: debootstrap $suite minbase + openssh-server into $rootfs (about two minutes)"
-    debootstrap --variant=minbase --include=openssh-server "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 \
-      || { echo "debootstrap failed; see $rootfs.log" >&2; tail -20 "$rootfs.log" >&2; exit 1; }
-    # sshd refuses to start without its privilege-separation directory, which Debian's
-    # init scripts create at boot; a container has no boot.
-    mkdir -p "$rootfs/run/sshd"
-    # What a container never uses: package caches, documentation.
-    rm -rf "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
-      "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/*
-    touch "$rootfs.done"
-  fi
   test -f "$rootfs/etc/ssh/ssh_host_ed25519_key" || { echo "images: no host key baked into $rootfs" >&2; exit 1; }
   "$controlplane" oci-archive --rootfs "$rootfs" --ref localhost/jumppod/sshd:bookworm \
     --entrypoint /usr/sbin/sshd --entrypoint -D --out "$sshd_tar.tmp"
