@@ -182,9 +182,9 @@ check: policy lint
 	@$(call count-tests,tests,$(TARGET_DIR)/check.log)
 
 ## test: what CI runs. Four lanes at once (`test-lanes`): the cargo builds, one after another;
-## beside them Go, the control plane's checks and the real-node check; the downloads (Debian's
+## beside them the control plane, its checks and the real-node check; the downloads (Debian's
 ## packages, the real nodes' root filesystem, dstack's virtual environment), which need little
-## CPU; and the suites that need no real node (unit, chart-check, web-test) as soon as what they
+## CPU, then helm and the binary without Wasm; and the suites that need no real node (unit, chart-check, web-test) as soon as what they
 ## run is built. The builds are niced and the suites are not, so a suite waiting on its
 ## cluster leaves the cores to the builds, not the other way round. Then the real-node
 ## scenarios, alone on the machine: their timing and memory are what they measure. Each
@@ -226,23 +226,20 @@ ci-image-check: | ci-web-setup ci-controlplane ci-packages
 	$(STAGE) image-check $(MAKE) --no-print-directory -j1 image-check
 ci-web: | ci-image-check
 	$(STAGE) web-build $(NICE) $(MAKE) --no-print-directory -j1 web
-# Go and the control plane's checks, then the real-node check (its nodes are the machine's: one
-# run at a time).
-ci-helm:
-	$(STAGE) helm $(NICE) $(MAKE) --no-print-directory -j1 $(HELM)
-ci-controlplane: | ci-helm
+# The control plane, its checks, then the real-node check (its nodes are the machine's: one run
+# at a time). The longest lane of a machine with empty caches: it starts at once.
+ci-controlplane:
 	$(STAGE) controlplane $(NICE) $(MAKE) --no-print-directory -j1 controlplane
-# Before the control plane's checks: `unit` needs it.
-ci-no-wasm: | ci-controlplane
-	$(STAGE) no-wasm $(NICE) $(MAKE) --no-print-directory -j1 no-wasm
-ci-controlplane-check: | ci-no-wasm
+ci-controlplane-check: | ci-controlplane
 	$(STAGE) controlplane-check $(NICE) $(MAKE) --no-print-directory -j1 controlplane-check
 ci-real-node-images: | ci-controlplane-check ci-real-node-rootfs
 	$(STAGE) real-node-images $(NICE) $(MAKE) --no-print-directory -j1 real-node-images
 ci-real-node-check: | ci-real-node-images
 	$(STAGE) real-node-check $(MAKE) --no-print-directory -j1 real-node-check
-# The downloads: Debian's packages, the real nodes' root filesystem, dstack's virtual
-# environment, the npm packages and Debian's chromium.
+# The downloads (Debian's packages, the real nodes' root filesystem, dstack's virtual
+# environment, the npm packages and Debian's chromium), then the builds the other lanes have no
+# room for: helm, and the binary without Wasm (after the cargo lane's first stage: rustup would
+# otherwise run twice at once).
 ci-packages:
 	$(STAGE) packages $(NICE) $(MAKE) --no-print-directory -j1 packages
 ci-real-node-rootfs: | ci-packages
@@ -251,6 +248,10 @@ ci-dstack-venv: | ci-real-node-rootfs
 	$(STAGE) dstack-venv $(NICE) $(MAKE) --no-print-directory -j1 dstack-venv
 ci-npm: | ci-dstack-venv
 	$(STAGE) npm $(NICE) $(MAKE) --no-print-directory -j1 web/node_modules/.installed $(CHROMIUM)
+ci-helm: | ci-npm
+	$(STAGE) helm $(NICE) $(MAKE) --no-print-directory -j1 $(HELM)
+ci-no-wasm: | ci-helm ci-policy
+	$(STAGE) no-wasm $(NICE) $(MAKE) --no-print-directory -j1 no-wasm
 # The suites that need no real node.
 ci-unit: | ci-test-build ci-policy ci-no-wasm ci-controlplane ci-helm ci-packages
 	$(STAGE) unit $(MAKE) --no-print-directory -j1 unit
