@@ -457,10 +457,10 @@ real-node-check: real-node-deps real-node-images $(CONTROLPLANE_TEST)
 ## `make image`'s image and the chart; helm installs the chart from it and the nodes' containerd
 ## pulls the image by digest (the jump pods' sshd image too), nothing imported but the pause image.
 REAL_NODE_TEST := $(TEST_CARGO) test --workspace --features $(FEATURES) $(REAL_NODE_TESTS)
-## The real kubelets sync each pod every REAL_NODE_SYNC, the kubelet's default: a changed Secret
-## reaches a running pod's volume at the next sync, so the scenarios that wait for one (keys
-## added and removed) wait out a sync each. 10s shortens them by about four minutes, but one run
-## in two at 10s refused one connection of the drain without the controller, never seen at 1m.
+## The real kubelets sync each pod every REAL_NODE_SYNC, the kubelet's default. The keys
+## scenarios do not wait for it: a change of the keys annotates the running pods, and their
+## kubelet syncs them at once. At 10s, one run in two refused one connection of the drain
+## without the controller, never seen at 1m.
 REAL_NODE_SYNC ?= 1m
 real-node-scenarios: policy real-node-deps real-node-images sshd image dstack-venv $(HELM) $(CONTROLPLANE)
 	$(REAL_NODE_TEST) --no-run

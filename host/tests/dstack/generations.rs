@@ -7,6 +7,7 @@
 
 use super::*;
 use jumppod_testkit::run::{Controller, SMALL};
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::EvictParams;
 
@@ -384,15 +385,34 @@ async fn dstacks_own_replicaset_is_drained_refusing_nothing_and_keeps_the_users_
     let began = Instant::now();
     let _uncordon = Restore(vec!["uncordon".into(), node.clone()]);
     let took = drain(&node, &name).await;
-    let second = wait_for_up_to("another pod of the ReplicaSet Ready", POD_UP, || async {
-        let list = pods
-            .list(&kube::api::ListParams::default().labels(&selector))
-            .await
-            .ok()?;
-        list.items
-            .into_iter()
-            .find(|p| p.metadata.name != first.metadata.name && condition(p, "Ready") == Some(true))
-    })
+    // The drain's eviction races the surge, and each may make a replacement: the one that stays
+    // is the pod left once the ReplicaSet is back at one replica.
+    let sets = Api::<ReplicaSet>::namespaced(scenario.kube.client.clone(), scenario.ns);
+    let second = wait_for_up_to(
+        "the ReplicaSet back at one replica, its one pod another and Ready",
+        POD_UP,
+        || async {
+            let replicas = sets.get(&name).await.ok()?.spec?.replicas;
+            let list = pods
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await
+                .ok()?;
+            let left: Vec<Pod> = list
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            match left.as_slice() {
+                [p] if replicas == Some(1)
+                    && p.metadata.name != first.metadata.name
+                    && condition(p, "Ready") == Some(true) =>
+                {
+                    Some(p.clone())
+                }
+                _ => None,
+            }
+        },
+    )
     .await;
     let second_name = second.metadata.name.clone().unwrap_or_default();
     probes.answering(&second_name).await;
