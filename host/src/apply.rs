@@ -271,8 +271,6 @@ where
     }
 }
 
-/// A JSON merge patch; a 404 (the pod or ReplicaSet gone meanwhile) is a success, a 409
-/// Conflict (the resourceVersion it carries is no longer the object's) is stale.
 /// Sets the retiring mark and the lowest deletion cost on a pod (`why`), or removes both
 /// (None: a JSON merge patch's null removes a key, RFC 7386), if the pod is still at
 /// `resource_version`.
@@ -300,7 +298,9 @@ async fn mark_retiring(
     .await
 }
 
-async fn merge_patch<K>(
+/// A JSON merge patch; a 404 (the pod or ReplicaSet gone meanwhile) is a success, a 409
+/// Conflict (the resourceVersion it carries is no longer the object's) is stale.
+pub(crate) async fn merge_patch<K>(
     kube: &Kube,
     api: &Api<K>,
     patch: &serde_json::Value,

@@ -2,7 +2,8 @@
 //! ([`jumppod_plan::keys::decide`]) and makes it, deciding again on a lost race; then tells the
 //! running pods that mount it ([`jumppod_plan::refresh`]).
 
-use crate::api::{Kube, Op, explain, is_already_exists, is_conflict, is_not_found};
+use crate::api::{Kube, Op, explain, is_already_exists, is_conflict};
+use crate::apply::{ActionOutcome, merge_patch};
 use crate::error::HostError;
 use crate::observe::get_opt;
 use jumppod_plan::config::Config;
@@ -30,24 +31,24 @@ pub async fn change(
     })
     .await?;
     tracing::info!(entry, ?outcome, "authorized keys changed");
-    // Only a write has something to tell: the same key again costs one read.
-    let told = match &now {
-        Some(secret) => refresh(kube, ns, &config.name, secret)
-            .await
-            .map_err(|source| HostError::Untold {
-                written: format!("key {entry} in secret {ns}/{name}: {outcome}"),
-                source: Box::new(source),
-            })?,
-        None => Vec::new(),
-    };
-    Ok(ChangeReport {
+    let mut report = ChangeReport {
         namespace: ns.to_owned(),
         secret: name,
         entry,
         outcome,
-        told,
+        told: Vec::new(),
         propagation: PROPAGATION,
-    })
+    };
+    // Only a write has something to tell: the same key again costs one read.
+    if let Some(secret) = &now {
+        report.told = refresh(kube, ns, &config.name, secret)
+            .await
+            .map_err(|source| HostError::Untold {
+                written: report.headline(),
+                source: Box::new(source),
+            })?;
+    }
+    Ok(report)
 }
 
 /// Makes the keys of the project's live jobs (`granted`) the controller's entries of the
@@ -66,43 +67,39 @@ pub async fn grant(
         (write, wrote)
     })
     .await?;
-    if let Some(secret) = &now
-        && let Err(e) = refresh(kube, &key.namespace, &key.name, secret).await
-    {
-        tracing::warn!(error = %e, "the running pods were not all told of the keys: they get them at the kubelet's sync");
+    if let Some(secret) = &now {
+        // A pod not told is logged by `refresh`, and gets the keys at its kubelet's sync.
+        let _told = refresh(kube, &key.namespace, &key.name, secret).await;
     }
     Ok(wrote)
 }
 
 /// Tells the running jump pods of `instance` that mount `secret` of what it holds now
 /// ([`jumppod_plan::refresh`]), so that their kubelets remount it at once. The pods told; the
-/// first error once every pod was tried.
+/// first error once every pod was tried. Each failure is logged here.
 pub async fn refresh(
     kube: &Kube,
     ns: &str,
     instance: &str,
     secret: &Secret,
 ) -> Result<Vec<String>, HostError> {
-    let pods = crate::observe::pods_of(kube, ns, instance).await?;
+    let pods = crate::observe::pods_of(kube, ns, instance)
+        .await
+        .inspect_err(|e| tracing::warn!(error = %e, "the running pods are not told of the users' keys: they get them at the kubelet's sync"))?;
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let params = PatchParams::default();
     let (mut told, mut failed) = (Vec::new(), None);
     for refresh in jumppod_plan::refresh::refreshes(secret, &pods) {
         let op = Op::new("patch", "pods", Some(ns), Some(&refresh.pod));
-        let patch = Patch::Merge(&refresh.patch);
-        match kube
-            .retry(&op, || api.patch(&refresh.pod, &params, &patch))
-            .await
-        {
-            Ok(_) => {
+        match merge_patch(kube, &api, &refresh.patch, op).await {
+            Ok(ActionOutcome::Done) => {
                 tracing::info!(pod = refresh.pod, "told to remount the users' keys");
                 told.push(refresh.pod);
             }
-            // Gone since the list: nothing left to tell.
-            Err(e) if is_not_found(&e) => {}
+            // Gone since the list: nothing left to tell (the patch carries no resourceVersion,
+            // so it is never stale).
+            Ok(_) => {}
             Err(e) => {
-                let e = explain(&op, e);
-                tracing::warn!(pod = refresh.pod, error = %e, "not told of the users' keys");
+                tracing::warn!(pod = refresh.pod, error = %e, "not told of the users' keys: it gets them at the kubelet's sync");
                 failed.get_or_insert(e);
             }
         }

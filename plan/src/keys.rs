@@ -264,13 +264,19 @@ pub struct ChangeReport {
     pub propagation: &'static str,
 }
 
-impl fmt::Display for ChangeReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
+impl ChangeReport {
+    /// What happened to the entry, in one line.
+    pub fn headline(&self) -> String {
+        format!(
             "key {} in secret {}/{}: {}",
             self.entry, self.namespace, self.secret, self.outcome
-        )?;
+        )
+    }
+}
+
+impl fmt::Display for ChangeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.headline())?;
         let changed = matches!(
             self.outcome,
             EntryOutcome::Added | EntryOutcome::Replaced | EntryOutcome::Removed
