@@ -98,25 +98,17 @@ mod tests {
         s
     }
 
-    fn pod(name: &str, volume: Value, extra: Value) -> Pod {
-        let mut pod = json!({
-            "metadata": {"name": name, "namespace": "dstack"},
+    /// A pod named `name` in phase `phase` with the one volume `volume`; `metadata`: its other
+    /// metadata fields.
+    fn pod(name: &str, volume: Value, phase: &str, mut metadata: Value) -> Pod {
+        metadata["name"] = json!(name);
+        metadata["namespace"] = json!("dstack");
+        serde_json::from_value(json!({
+            "metadata": metadata,
             "spec": {"containers": [{"name": "sshd", "image": "sshd"}], "volumes": [volume]},
-            "status": {"phase": "Running"},
-        });
-        json_patch(&mut pod, extra);
-        serde_json::from_value(pod).unwrap()
-    }
-
-    fn json_patch(into: &mut Value, from: Value) {
-        match (into, from) {
-            (Value::Object(into), Value::Object(from)) => {
-                for (k, v) in from {
-                    json_patch(into.entry(k).or_insert(Value::Null), v);
-                }
-            }
-            (into, from) => *into = from,
-        }
+            "status": {"phase": phase},
+        }))
+        .unwrap()
     }
 
     fn mounted() -> Value {
@@ -144,42 +136,52 @@ mod tests {
     }
 
     #[rstest]
-    #[case::a_running_pod_that_mounts_the_secret_is_told(mounted(), json!({}), true)]
-    #[case::a_pending_pod_is_told_too(mounted(), json!({"status": {"phase": "Pending"}}), true)]
+    #[case::a_running_pod_that_mounts_the_secret_is_told(mounted(), "Running", json!({}), true)]
+    #[case::a_pending_pod_is_told_too(mounted(), "Pending", json!({}), true)]
     #[case::a_projected_volume_counts_as_mounting_it(
         json!({"name": "k", "projected": {"sources": [{"secret": {"name": SECRET}}]}}),
+        "Running",
         json!({}),
         true
     )]
     #[case::a_pod_that_mounts_another_secret_is_left_alone(
         json!({"name": "k", "secret": {"secretName": "other"}}),
+        "Running",
         json!({}),
         false
     )]
     #[case::a_terminating_pod_is_left_alone_as_the_kubelet_mounts_nothing_for_it(
         mounted(),
-        json!({"metadata": {"deletionTimestamp": "2026-12-05T09:00:00Z"}}),
+        "Running",
+        json!({"deletionTimestamp": "2026-12-05T09:00:00Z"}),
         false
     )]
-    #[case::a_finished_pod_is_left_alone(mounted(), json!({"status": {"phase": "Failed"}}), false)]
-    fn which_pods_are_told(#[case] volume: Value, #[case] extra: Value, #[case] expected: bool) {
-        let found = told(&[pod("dstack-main-ssh-jump-pod", volume, extra)]);
+    #[case::a_finished_pod_is_left_alone(mounted(), "Failed", json!({}), false)]
+    fn which_pods_are_told(
+        #[case] volume: Value,
+        #[case] phase: &str,
+        #[case] metadata: Value,
+        #[case] expected: bool,
+    ) {
+        let found = told(&[pod("dstack-main-ssh-jump-pod", volume, phase, metadata)]);
         assert_eq!(!found.is_empty(), expected, "{found:?}");
     }
 
     #[test]
     fn a_pod_that_already_carries_the_digest_is_not_told_again() {
         let s = secret(&[("alice", "command=\"/bin/false\" ssh-ed25519 AAAA alice\n")]);
-        let fresh = pod("fresh", mounted(), json!({}));
+        let fresh = pod("fresh", mounted(), "Running", json!({}));
         let current = pod(
             "current",
             mounted(),
-            json!({"metadata": {"annotations": {DIGEST_ANNOTATION: digest(&s)}}}),
+            "Running",
+            json!({"annotations": {DIGEST_ANNOTATION: digest(&s)}}),
         );
         let stale = pod(
             "stale",
             mounted(),
-            json!({"metadata": {"annotations": {DIGEST_ANNOTATION: "0000000000000000"}}}),
+            "Running",
+            json!({"annotations": {DIGEST_ANNOTATION: "0000000000000000"}}),
         );
         let found = refreshes(&s, &[fresh, current, stale]);
         assert_eq!(
