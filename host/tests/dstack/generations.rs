@@ -400,7 +400,7 @@ async fn dstacks_own_replicaset_is_drained_refusing_nothing_and_keeps_the_users_
             let left: Vec<Pod> = list
                 .items
                 .into_iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(jumppod_plan::objects::is_active)
                 .collect();
             match left.as_slice() {
                 [p] if replicas == Some(1)
