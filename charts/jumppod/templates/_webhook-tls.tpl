@@ -119,8 +119,10 @@ makes one (a Secret of an older chart without them: its creationTimestamp and va
 {{- $notBefore = include "jumppod.unix" (dig "metadata" "creationTimestamp" "" $existing) | int64 }}
 {{- $notAfter = add $notBefore $life }}
 {{- end }}
-{{- /* Kept while more than a third of its lifetime is left. */ -}}
-{{- if ge (mul 3 (sub $notAfter $now)) (sub $notAfter $notBefore) }}
+{{- /* Kept while more than a third of its lifetime is left, and never in its last second:
+  `now` is whole seconds, and x509 (Go's `crypto/x509`) refuses a certificate once the clock
+  is past its notAfter, fractions included. */ -}}
+{{- if and (gt $notAfter $now) (ge (mul 3 (sub $notAfter $now)) (sub $notAfter $notBefore)) }}
 {{- $leaf = dict "crt" (index $existing.data "tls.crt") "key" (index $existing.data "tls.key") "notBefore" $notBefore "notAfter" $notAfter }}
 {{- end }}
 {{- end }}
