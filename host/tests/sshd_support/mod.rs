@@ -45,8 +45,9 @@ pub fn keypair(dir: &Path, name: &str) -> (PathBuf, String) {
     (path, public.trim().to_owned())
 }
 
-/// The mounted Secret, written as the kubelet's atomic writer writes it: a new timestamped
-/// directory, `..data` switched to it by a rename, then the top-level symlinks.
+/// The mounted Secret, written as the kubelet's atomic writer writes it
+/// (`pkg/volume/util/atomic_writer.go`): a new timestamped directory, `..data` switched to it
+/// by a rename, the new top-level symlinks, then the old ones and the old directory removed.
 pub struct SecretVolume {
     pub dir: PathBuf,
     generation: u32,
@@ -69,6 +70,12 @@ impl SecretVolume {
         let tmp = self.dir.join("..data_tmp");
         symlink(&ts, &tmp).unwrap();
         std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+        for (name, _) in entries {
+            let link = self.dir.join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                symlink(format!("..data/{name}"), &link).unwrap();
+            }
+        }
         for entry in std::fs::read_dir(&self.dir).unwrap() {
             let name = entry.unwrap().file_name().into_string().unwrap();
             if !name.starts_with("..") && !entries.iter().any(|(n, _)| *n == name) {
@@ -76,12 +83,6 @@ impl SecretVolume {
             }
             if name.starts_with("..2026") && name != ts {
                 std::fs::remove_dir_all(self.dir.join(&name)).unwrap();
-            }
-        }
-        for (name, _) in entries {
-            let link = self.dir.join(name);
-            if std::fs::symlink_metadata(&link).is_err() {
-                symlink(format!("..data/{name}"), &link).unwrap();
             }
         }
     }
