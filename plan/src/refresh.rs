@@ -12,7 +12,7 @@
 //! a pod synced before the watch brings the change gets it at its next periodic sync, as
 //! without this.
 
-use crate::objects::{is_active, name_of};
+use crate::objects::{annotation, is_active, name_of};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -51,7 +51,7 @@ pub fn refreshes(secret: &Secret, pods: &[Pod]) -> Vec<Refresh> {
     let digest = digest(secret);
     pods.iter()
         .filter(|p| is_active(p) && mounts(p, name))
-        .filter(|p| crate::objects::annotation(&p.metadata, DIGEST_ANNOTATION) != Some(&digest))
+        .filter(|p| annotation(&p.metadata, DIGEST_ANNOTATION) != Some(&digest))
         .map(|p| Refresh {
             pod: name_of(&p.metadata).to_owned(),
             patch: json!({"metadata": {"annotations": {DIGEST_ANNOTATION: digest}}}),
@@ -61,8 +61,8 @@ pub fn refreshes(secret: &Secret, pods: &[Pod]) -> Vec<Refresh> {
 
 /// Whether `pod` mounts the Secret `secret`.
 fn mounts(pod: &Pod, secret: &str) -> bool {
-    let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
-    volumes.into_iter().any(|v| {
+    let mut volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+    volumes.any(|v| {
         v.secret
             .as_ref()
             .is_some_and(|s| s.secret_name.as_deref() == Some(secret))
