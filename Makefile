@@ -184,12 +184,12 @@ check: policy lint
 ## test: what CI runs. Four lanes at once (`test-lanes`): the cargo builds, one after another;
 ## beside them the control plane, its checks and the real-node check; the downloads (Debian's
 ## packages, the real nodes' root filesystem, dstack's virtual environment), which need little
-## CPU, then helm and the binary without Wasm; and the suites that need no real node (unit, chart-check, web-test) as soon as what they
-## run is built. The builds are niced and the suites are not, so a suite waiting on its
-## cluster leaves the cores to the builds, not the other way round. Then the real-node
-## scenarios, alone on the machine: their timing and memory are what they measure. Each
-## stage's lines carry its name; a table of the stages and their minutes ends the run, passed
-## or not.
+## CPU, then helm and the binary without Wasm; and the suites that need no real node (unit,
+## chart-check, web-test) as soon as what they run is built. The builds are niced and the suites
+## are not, so a suite waiting on its cluster leaves the cores to the builds, not the other way
+## round. Then the real-node scenarios, alone on the machine: their timing and memory are what
+## they measure. Each stage's lines carry its name; a table of the stages and their minutes ends
+## the run, passed or not.
 test:
 	@rm -f $(STAGES)
 	@rm -f $(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log
