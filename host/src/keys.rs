@@ -52,12 +52,14 @@ pub async fn change(
 }
 
 /// Makes the keys of the project's live jobs (`granted`) the controller's entries of the
-/// Secret, the others untouched ([`jumppod_plan::grants::decide`]), and tells the running pods
-/// when it wrote. Whether it wrote.
+/// Secret, the others untouched ([`jumppod_plan::grants::decide`]), and when it wrote, tells the
+/// running ones of `pods` (the project's pods, from the controller's cache: no list). Whether it
+/// wrote.
 pub async fn grant(
     kube: &Kube,
     key: &jumppod_plan::controller::ProjectKey,
     granted: &std::collections::BTreeMap<String, String>,
+    pods: &[Pod],
 ) -> Result<bool, HostError> {
     let name = keys_secret_name(&key.name);
     let (wrote, now) = write(kube, &key.namespace, &name, |found| {
@@ -68,8 +70,8 @@ pub async fn grant(
     })
     .await?;
     if let Some(secret) = &now {
-        // A pod not told is logged by `refresh`, and gets the keys at its kubelet's sync.
-        let _told = refresh(kube, &key.namespace, &key.name, secret).await;
+        // A pod not told is logged by `tell`, and gets the keys at its kubelet's sync.
+        let _told = tell(kube, &key.namespace, secret, pods).await;
     }
     Ok(wrote)
 }
@@ -86,9 +88,19 @@ pub async fn refresh(
     let pods = crate::observe::pods_of(kube, ns, instance)
         .await
         .inspect_err(|e| tracing::warn!(error = %e, "the running pods are not told of the users' keys: they get them at the kubelet's sync"))?;
+    tell(kube, ns, secret, &pods).await
+}
+
+/// [`refresh`] for the pods of `pods`, as already read.
+async fn tell(
+    kube: &Kube,
+    ns: &str,
+    secret: &Secret,
+    pods: &[Pod],
+) -> Result<Vec<String>, HostError> {
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     let (mut told, mut failed) = (Vec::new(), None);
-    for refresh in jumppod_plan::refresh::refreshes(secret, &pods) {
+    for refresh in jumppod_plan::refresh::refreshes(secret, pods) {
         let op = Op::new("patch", "pods", Some(ns), Some(&refresh.pod));
         match merge_patch(kube, &api, &refresh.patch, op).await {
             Ok(ActionOutcome::Done) => {

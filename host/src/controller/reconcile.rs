@@ -85,7 +85,7 @@ pub(super) async fn reconcile(
             .as_ref()
             .map_or(!granted.is_empty(), |g| g != granted)
         {
-            if crate::keys::grant(&kube, key, granted).await? {
+            if crate::keys::grant(&kube, key, granted, &observed.pods).await? {
                 tracing::info!(
                     keys = granted.len(),
                     "the users' keys of the live jobs written"
