@@ -13,7 +13,7 @@ pub(crate) mod controller;
 pub mod ensure;
 pub mod error;
 #[cfg(feature = "wasm")]
-pub(crate) mod eval;
+pub mod eval;
 pub(crate) mod gate;
 pub mod keys;
 pub mod observe;
