@@ -15,6 +15,10 @@ export JUMPPOD_POLICY_WASM := $(POLICY_WASM)
 export JUMPPOD_ACCEPT_ALL_WASM := $(ACCEPT_ALL_WASM)
 export JUMPPOD_SPIN_WASM := $(SPIN_WASM)
 export JUMPPOD_NO_WASM_BIN := $(NO_WASM_DIR)/debug/jumppod
+# kwctl's command line on jumppod's waPC runtime (tests/kwctl): the policy's kwctl suite runs
+# with it where kwctl is not installed.
+KWCTL_WAPC   := $(TARGET_DIR)/debug/kwctl-wapc
+export JUMPPOD_KWCTL_WAPC := $(KWCTL_WAPC)
 CONTROLPLANE := $(TARGET_DIR)/controlplane/jumppod-controlplane
 HELM         := $(TARGET_DIR)/tools/helm
 HELM_VERSION := v3.22.0
@@ -39,7 +43,7 @@ STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 NICE         := nice -n 10
 
-.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-rootfs real-node-check
+.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl policy-e2e policy-e2e-run bats clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-rootfs real-node-check
 
 all: policy
 
@@ -52,7 +56,8 @@ apt-install = if [ "$$(id -u)" = 0 ]; then { apt-get install -y -qq $(1) || { ap
 REMAP_RUSTFLAGS = --remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo --remap-path-prefix=$(CURDIR)=/jumppod
 # $(call count-tests,WHAT,LOG...): cargo's and node's test results in LOG added up, one line.
 count-tests = cat $(2) 2>/dev/null | awk '/^test result:/ {p += $$4; f += $$6} /^\# pass / {p += $$3} \
-  /^\# fail / {f += $$3} END {printf "$(1): %d passed, %d failed\n", p, f}'
+  /^\# fail / {f += $$3} /^kwctl suite / {p += $$4; f += $$6} \
+  END {printf "$(1): %d passed, %d failed\n", p, f}'
 
 ## setup: install the wasm32-wasip1 target, clippy and rustfmt when missing
 setup:
@@ -185,16 +190,17 @@ check: policy lint
 ## beside them the control plane, its checks and the real-node check; the downloads (Debian's
 ## packages, the real nodes' root filesystem, dstack's virtual environment), which need little
 ## CPU, then helm and the binary without Wasm; and the suites that need no real node (unit,
-## chart-check, web-test) as soon as what they run is built. The builds are niced and the suites
-## are not, so a suite waiting on its cluster leaves the cores to the builds, not the other way
-## round. Then the real-node scenarios, alone on the machine: their timing and memory are what
-## they measure. Each stage's lines carry its name; a table of the stages and their minutes ends
-## the run, passed or not.
+## chart-check, the policy's kwctl suite, web-test) as soon as what they run is built. The
+## builds are niced and the suites are not, so a suite waiting on its cluster leaves the cores
+## to the builds, not the other way round. Then the real-node scenarios, alone on the machine:
+## their timing and memory are what they measure. Each stage's lines carry its name; a table of
+## the stages and their minutes ends the run, passed or not.
 test:
 	@rm -f $(STAGES)
-	@rm -f $(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log
+	@rm -f $(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log $(TARGET_DIR)/policy-e2e.log
 	@$(MAKE) --no-print-directory test-stages; rc=$$?; $(STAGE) --summary; \
-	  $(call count-tests,all tests (Rust and real nodes and web),$(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log $(TARGET_DIR)/web-test.log); exit $$rc
+	  $(call count-tests,all tests (Rust and real nodes and web and kwctl),$(TARGET_DIR)/test.log $(TARGET_DIR)/real-node.log \
+	  $(TARGET_DIR)/web-test.log $(TARGET_DIR)/policy-e2e.log); exit $$rc
 
 test-stages:
 	$(MAKE) --no-print-directory -j4 test-lanes
@@ -206,11 +212,11 @@ test-stages:
 # binaries while the image's profile is built.
 .PHONY: test-lanes ci-policy ci-test-build ci-image-bin ci-image-check ci-web ci-packages ci-helm \
   ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-rootfs ci-real-node-images ci-real-node-check \
-  ci-dstack-venv ci-web-setup ci-npm ci-unit ci-chart-check ci-web-test
+  ci-dstack-venv ci-web-setup ci-npm ci-unit ci-chart-check ci-policy-e2e ci-web-test
 test-lanes: ci-policy ci-test-build ci-image-bin ci-image-check ci-web \
   ci-packages ci-helm ci-controlplane ci-no-wasm ci-controlplane-check ci-real-node-rootfs \
   ci-real-node-images ci-real-node-check ci-dstack-venv ci-web-setup ci-npm \
-  ci-unit ci-chart-check ci-web-test
+  ci-unit ci-chart-check ci-policy-e2e ci-web-test
 # The cargo lane.
 ci-policy:
 	$(STAGE) policy $(NICE) $(MAKE) --no-print-directory -j1 policy spin
@@ -257,12 +263,15 @@ ci-unit: | ci-test-build ci-policy ci-no-wasm ci-controlplane ci-helm ci-package
 	$(STAGE) unit $(MAKE) --no-print-directory -j1 unit
 ci-chart-check: | ci-unit
 	$(STAGE) chart-check $(MAKE) --no-print-directory -j1 chart-check
-ci-web-test: | ci-chart-check ci-web ci-npm
+# The kwctl suite: the policy and kwctl-wapc built (test-build), bats from the packages.
+ci-policy-e2e: | ci-chart-check ci-test-build ci-policy ci-packages
+	$(STAGE) policy-e2e $(MAKE) --no-print-directory -j1 policy-e2e-run
+ci-web-test: | ci-policy-e2e ci-web ci-npm
 	$(STAGE) web-test $(MAKE) --no-print-directory -j1 web-test
 
 ## packages: every Debian package `make test` installs, in one apt-get (each target that needs
 ## some still checks for its own)
-TEST_PACKAGES = openssh-server iproute2 busybox $(REAL_NODE_PACKAGES) $(IMAGE_PACKAGES) chromium
+TEST_PACKAGES = openssh-server iproute2 busybox bats jq $(REAL_NODE_PACKAGES) $(IMAGE_PACKAGES) chromium
 packages:
 	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if ! command -v kubectl >/dev/null 2>&1; then missing="$$missing kubernetes-client"; fi; \
@@ -311,9 +320,27 @@ bench-jump-pod: real-node-deps real-node-images image-bin $(CONTROLPLANE)
 	$(CONTROLPLANE) run --real-nodes 2 --real-node-images $(REAL_NODE_IMAGES) \
 	  --dir $(TARGET_DIR)/controlplane/bench-jump-pod -- host/bench/jump-pod.sh $(IMAGE_BIN)
 
-## e2e-kwctl: kwctl run/annotate on the fixtures, on machines that have kwctl and bats
-e2e-kwctl: policy
-	policy/e2e.sh
+## bats: the policy's kwctl suite is a bats file, read with jq (Debian's bats and jq)
+bats:
+	@{ command -v bats && command -v jq; } >/dev/null 2>&1 || { \
+	  echo "bats or jq not found: installing Debian's bats and jq (policy/e2e.bats)"; \
+	  $(call apt-install,bats jq); }
+
+## policy-e2e: the policy's kwctl suite (policy/e2e.bats: kwctl run, annotate and inspect on the
+## fixtures) with kwctl where it is installed, else with kwctl-wapc, kwctl's command line on
+## jumppod's waPC runtime; the first line says which ran. policy-e2e-run runs it with the
+## kwctl-wapc that `make test-build` built.
+policy-e2e: policy bats
+	$(CARGO) build --workspace --features $(FEATURES) --bin kwctl-wapc
+	@$(MAKE) --no-print-directory policy-e2e-run
+policy-e2e-run: policy bats
+	set -o pipefail; policy/e2e.sh | tee $(TARGET_DIR)/policy-e2e.log
+
+## e2e-kwctl: the same suite with the kwctl on PATH (docs/testing.md builds it from source), then
+## kwctl-wapc's answers compared with kwctl's on every fixture (policy/runners.bats)
+e2e-kwctl: policy bats
+	$(CARGO) build --workspace --features $(FEATURES) --bin kwctl-wapc
+	policy/e2e.sh --runner kwctl
 
 ## controlplane: the real Kubernetes control plane for the tests, built from Kubernetes' Go
 ## modules (controlplane/README.md); rebuilt only when its sources change. Go's own caches
