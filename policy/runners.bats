@@ -11,16 +11,18 @@ setup_file() {
     kwctl annotate -m policy/metadata.yml -u policy/README.md -o "$ANNOTATED" "$POLICY_WASM"
 }
 
-# Both runners on one request; prints the fixture when their answers differ.
+# Both runners on one request; prints the fixture when their answers differ. kwctl writes the
+# AdmissionResponse's absent fields (auditAnnotations, warnings) as null: Kubernetes reads a
+# null field as an absent one, so nulls are dropped before the answers are compared.
 same_answer() {
     local fixture="$1"
     shift
     local ours theirs
-    theirs="$(kwctl run --request-path "policy/test_data/$fixture" "$@" "$ANNOTATED" 2>/dev/null | jq -S .)" || {
+    theirs="$(kwctl run --request-path "policy/test_data/$fixture" "$@" "$ANNOTATED" 2>/dev/null | jq -S 'del(.. | nulls)')" || {
         echo "kwctl failed on $fixture $*"
         return 1
     }
-    ours="$("$KWCTL_WAPC" run --request-path "policy/test_data/$fixture" "$@" "$ANNOTATED" 2>/dev/null | jq -S .)" || {
+    ours="$("$KWCTL_WAPC" run --request-path "policy/test_data/$fixture" "$@" "$ANNOTATED" 2>/dev/null | jq -S 'del(.. | nulls)')" || {
         echo "kwctl-wapc failed on $fixture $*"
         return 1
     }
@@ -61,14 +63,18 @@ fixtures() {
     [ "$differ" -eq 0 ]
 }
 
-@test "kwctl-wapc refuses the settings kwctl refuses" {
+@test "kwctl-wapc refuses the settings kwctl refuses, for the policy's reason where kwctl gives it" {
+    local theirs
     for settings in policy/test_data/settings/invalid_*.json; do
         run kwctl run --request-path policy/test_data/ordinary_pod_create.json --settings-path "$settings" "$ANNOTATED"
         [ "$status" -ne 0 ]
-        [[ "$output" == *"Provided settings are not valid"* ]]
+        # kwctl refuses settings that are not an object itself, before the policy sees them.
+        theirs="$output"
         run "$KWCTL_WAPC" run --request-path policy/test_data/ordinary_pod_create.json --settings-path "$settings" "$ANNOTATED"
         [ "$status" -ne 0 ]
-        [[ "$output" == *"Provided settings are not valid"* ]]
+        if [[ "$theirs" == *"Provided settings are not valid"* ]]; then
+            [[ "$output" == *"Provided settings are not valid"* ]]
+        fi
     done
 }
 
