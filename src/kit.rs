@@ -8,11 +8,11 @@
 //! - a `preStop` hook ([`pre_stop_script`]): the listener stays open for [`HANDOVER_SECONDS`]
 //!   (a terminating pod that still passes its readiness probe stays a serving endpoint, which
 //!   kube-proxy uses while the Service has no ready one: KEP-1669), then the readiness probe
-//!   fails ([`DRAINING_FILE`]), the authenticated SSH sessions are waited for up to the session
-//!   drain, and the `sshd -D` listener is stopped: dstack's `sh` waits on it as the last command
-//!   of its `&&` chain, so the container ends then instead of at the grace period's end. Each
-//!   step is logged to PID 1's stdout, which `kubectl logs` shows (the kubelet records a hook's
-//!   own output only when it fails);
+//!   fails ([`DRAINING_FILE`]), the authenticated SSH connections ([`SESSIONS`]: shells and
+//!   jumps) are waited for up to the session drain, and the `sshd -D` listener is stopped:
+//!   dstack's `sh` waits on it as the last command of its `&&` chain, so the container ends
+//!   then instead of at the grace period's end. Each step is logged to PID 1's stdout, which
+//!   `kubectl logs` shows (the kubelet records a hook's own output only when it fails);
 //! - a readiness probe ([`readiness_script`]): sshd listens on port 22 and the pod is not
 //!   draining (kubelets 1.35 and 1.36.3 run no exec probe once a pod terminates, a regression
 //!   fixed upstream: there the pod keeps its Ready through the drain);
@@ -78,25 +78,47 @@ pub fn readiness_script() -> String {
     )
 }
 
-/// The `preStop` hook: the handover, the readiness probe failed, the authenticated sessions
-/// waited for (at most `session_drain_seconds`), then the `sshd -D` listener stopped.
+/// The shell function `sessions`: prints how many authenticated SSH connections the processes
+/// under `${1:-/proc}` hold, each one counted once, whether it has a session channel (a shell, a
+/// command) or none (a jump: `ssh -J`, `-W`, `-N -L`). The kit's `preStop` hook and the start
+/// script of `ensure`'s pods both wait on it.
 ///
-/// OpenSSH names a connection's process `sshd: [accepted]`, `sshd: [net]` or `sshd: <user>
-/// [priv]`/`[preauth]` before authentication, and `sshd: <user>@notty` or `sshd: <user>@pts/N`
-/// after (`sshd-session: ...` from OpenSSH 9.8): only those with `@` are sessions, so a
-/// connection that never logs in holds no pod. The listener is the `sshd` whose command line
-/// holds `-D` (`sshd: /usr/sbin/sshd -D ... [listener] ...` once it has renamed itself).
+/// It reads process titles, as OpenSSH sets them (`setproctitle`): the process of an
+/// authenticated connection is titled with the user's name once authenticated (session.c
+/// `do_authenticated`: `sshd: root`, which a jump keeps), and `user@ttys` while it has sessions
+/// (`session_proctitle`: `sshd: root@notty`, `sshd: root@pts/0`). Every other sshd process
+/// carries a second word or a bracket: the listener (`sshd: /usr/sbin/sshd -D ... [listener] 0
+/// of 10-100 startups`), a connection before authentication (`[accepted]`, `[net]`, OpenSSH
+/// 10's `sshd-auth: [session-auth]`) and a non-root user's monitor (`sshd: alice [priv]`, whose
+/// child `sshd: alice` is counted). From OpenSSH 9.8 the per-connection processes are
+/// `sshd-session` (the same titles after `sshd-session: `). A listener that never renamed itself
+/// (`/usr/sbin/sshd -D ...`) does not start with `sshd`. The title is the command line up to its
+/// first NUL (Linux pads the rest with NULs): `read` stops there or drops them (dash, busybox's
+/// ash, bash), so no `ps` and no `grep` on binary data is needed. A connection that never
+/// authenticates (a scanner on a public NodePort, a login in progress) is not counted.
+pub const SESSIONS: &str = r#"sessions() {
+  n=0
+  for d in ${1:-/proc}/[0-9]*; do
+    read -r c 2>/dev/null <"$d/comm" || continue
+    case $c in sshd*) ;; *) continue ;; esac
+    t=
+    IFS= read -r t 2>/dev/null <"$d/cmdline" || :
+    case $t in
+      sshd*': '*' '* | sshd*': '*'['*) ;;
+      sshd*': '?*) n=$((n + 1)) ;;
+    esac
+  done
+  echo "$n"
+}"#;
+
+/// The `preStop` hook: the handover, the readiness probe failed, the authenticated SSH
+/// connections ([`SESSIONS`]: shells and jumps) waited for (at most `session_drain_seconds`),
+/// then the `sshd -D` listener stopped. The listener is the `sshd` whose command line holds
+/// `-D` (`sshd: /usr/sbin/sshd -D ... [listener] ...` once it has renamed itself).
 pub fn pre_stop_script(session_drain_seconds: u32) -> String {
     format!(
         r#"{LOG}
-sessions() {{
-  n=0
-  for d in /proc/[0-9]*; do
-    read -r c 2>/dev/null <"$d/comm" || continue
-    case $c in sshd*) grep -q '^sshd[^:]*: [^ []*@' "$d/cmdline" 2>/dev/null && n=$((n + 1)) ;; esac
-  done
-  echo "$n"
-}}
+{SESSIONS}
 listeners() {{
   for d in /proc/[0-9]*; do
     read -r c 2>/dev/null <"$d/comm" || continue
@@ -107,7 +129,7 @@ log "stopping: sshd accepts new connections for {HANDOVER_SECONDS} s more (the h
 sleep {HANDOVER_SECONDS}
 : >{DRAINING_FILE}
 n=$(sessions)
-log "handover over: the readiness probe fails from now on; waiting for $n authenticated SSH session(s), at most {session_drain_seconds} s"
+log "handover over: the readiness probe fails from now on; waiting for $n authenticated SSH connection(s) (shells and jumps), at most {session_drain_seconds} s"
 waited=0
 while [ "$n" -gt 0 ] && [ "$waited" -lt {session_drain_seconds} ]; do
   sleep 1
@@ -115,9 +137,9 @@ while [ "$n" -gt 0 ] && [ "$waited" -lt {session_drain_seconds} ]; do
   n=$(sessions)
 done
 if [ "$n" -gt 0 ]; then
-  log "session drain over after $waited s with $n session(s) open"
+  log "session drain over after $waited s with $n connection(s) open"
 else
-  log "no authenticated SSH session left after $waited s"
+  log "no authenticated SSH connection left after $waited s"
 fi
 pids=$(listeners)
 if [ -z "$pids" ]; then

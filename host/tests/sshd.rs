@@ -57,7 +57,7 @@ impl Pod {
     ) -> Pod {
         Pod::spawn(
             &["--mount", "--net"],
-            SSHD_SCRIPT,
+            &SSHD_SCRIPT,
             secret,
             project_key,
             log,
@@ -302,7 +302,7 @@ fn a_stopped_pod_waits_for_its_sessions_and_not_for_a_connection_that_never_logs
     let (project, project_pub) = keypair(&dir, "project");
     let secret = SecretVolume::new(dir.join("secret"));
     let handover = format!("sleep {HANDOVER_SECONDS} ");
-    assert!(SSHD_SCRIPT.contains(&handover), "{SSHD_SCRIPT}");
+    assert!(SSHD_SCRIPT.contains(&handover), "{}", *SSHD_SCRIPT);
     let script = SSHD_SCRIPT.replace(&handover, "sleep 1 ");
     let mut pod = Pod::stoppable(&secret.dir, &project_pub, dir.join("pod.log"), &script);
     pod.until(&project, 0, Duration::from_secs(30));

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 /// The environment variable carrying the project's authorized keys into the container.
 pub const AUTHORIZED_KEYS_ENV: &str = "DSTACK_AUTHORIZED_KEYS";
@@ -52,17 +53,19 @@ pub const KEYS_FILE: &str = "/etc/ssh/jumppod/authorized_keys";
 ///    while the Service has no ready one (KEP-1669): so a connection is accepted here while the
 ///    replacement starts, and while the endpoints' change reaches every node's kube-proxy;
 /// 2. stops the listener (new connections go to the replacement; the probe fails);
-/// 3. waits for the sessions to end, checked each second; the kubelet ends those still open
-///    when the grace period, the handover plus the configured session drain, runs out. A
-///    session is an sshd process (its name starts with `sshd`: OpenSSH 9.8 on runs
-///    `sshd-session` per connection) of an authenticated connection: sshd titles those
-///    `root@notty`, `root@pts/0` or `root` (a jump with no session channel), and the rest with
-///    a bracket: `[listener]`, `[accepted]`, `[net]`, `[priv]`. A connection that never
-///    authenticates (a scanner on a public NodePort) does not hold the pod for sshd's
-///    LoginGraceTime (120 s); it ends with the container.
+/// 3. waits for the authenticated connections to end, shells and jumps alike, checked each
+///    second and counted as the kit's `preStop` hook counts them ([`jumppod::kit::SESSIONS`]);
+///    the kubelet ends those still open when the grace period, the handover plus the
+///    configured session drain, runs out. A connection that never authenticates (a scanner on
+///    a public NodePort) does not hold the pod for sshd's LoginGraceTime (120 s); it ends with
+///    the container.
 ///
 /// If sshd exits on its own, the container exits with its status and the kubelet restarts it.
-pub const SSHD_SCRIPT: &str = r#"set -e
+pub static SSHD_SCRIPT: LazyLock<String> =
+    LazyLock::new(|| [SSHD_SCRIPT_START, jumppod::kit::SESSIONS, SSHD_SCRIPT_END].concat());
+
+/// [`SSHD_SCRIPT`] up to the session count, which is the kit's ([`jumppod::kit::SESSIONS`]).
+const SSHD_SCRIPT_START: &str = r#"set -e
 terminating=
 trap 'terminating=1' TERM
 rm -f /etc/ssh/ssh_host_*
@@ -91,17 +94,11 @@ echo "jumppod: terminating: accepting for 20 s more, then sessions only" >&2
 sleep 20 || true
 kill -TERM "$listener" 2>/dev/null || true
 wait "$listener" || true
-sessions() {
-  for comm in /proc/[0-9]*/comm; do
-    read -r process 2>/dev/null < "$comm" || continue
-    case "$process" in sshd*) ;; *) continue ;; esac
-    title=
-    read -r title 2>/dev/null < "${comm%/comm}/cmdline" || :
-    case "$title" in ""|*"["*) ;; *) return 0 ;; esac
-  done
-  return 1
-}
-while sessions; do sleep 1; done
+"#;
+
+/// [`SSHD_SCRIPT`] after the session count.
+const SSHD_SCRIPT_END: &str = r#"
+while [ "$(sessions)" -gt 0 ]; do sleep 1; done
 echo "jumppod: terminating: no session left" >&2
 "#;
 
@@ -202,7 +199,7 @@ fn pod_spec(config: &Config) -> PodSpec {
         containers: vec![Container {
             name: schema::container_name(name),
             image: Some(config.image.clone()),
-            command: Some(vec!["/bin/sh".into(), "-c".into(), SSHD_SCRIPT.into()]),
+            command: Some(vec!["/bin/sh".into(), "-c".into(), SSHD_SCRIPT.clone()]),
             env: Some(vec![EnvVar {
                 name: AUTHORIZED_KEYS_ENV.into(),
                 value: config.ssh_public_key.clone(),
@@ -368,6 +365,9 @@ mod tests {
     #[test]
     fn the_pod_ensure_makes_gets_no_kit_from_the_policy() {
         assert!(SSHD_SCRIPT.contains(jumppod::kit::OWN_SCRIPT_MARK));
+        // One session count for the kit and the start script.
+        assert!(SSHD_SCRIPT.contains(jumppod::kit::SESSIONS));
+        assert!(jumppod::kit::pre_stop_script(300).contains(jumppod::kit::SESSIONS));
         assert!(SSHD_SCRIPT.contains(&format!("{KEYS_MOUNT}/*")));
         let rs = replicaset(&Config::for_project("ns", "main"));
         let template = rs.spec.unwrap().template.unwrap();

@@ -396,14 +396,14 @@ async fn watch_end(pods: &Api<Pod>, name: &str, since: Instant, limit: Duration)
 /// which one may be logged in at that moment).
 fn logged_each_step(log: &str, sessions: Option<u32>) {
     let waiting = sessions.map_or(String::new(), |n| {
-        format!(" {n} authenticated SSH session(s)")
+        format!(" {n} authenticated SSH connection(s)")
     });
     for step in [
         format!("jumppod: stopping: sshd accepts new connections for {HANDOVER_SECONDS} s more"),
         format!(
             "jumppod: handover over: the readiness probe fails from now on; waiting for{waiting}"
         ),
-        "jumppod: no authenticated SSH session left after".into(),
+        "jumppod: no authenticated SSH connection left after".into(),
         "jumppod: stopping the sshd listener (pid ".into(),
     ] {
         assert!(log.contains(&step), "{step:?} not in the pod's log:\n{log}");
