@@ -338,7 +338,80 @@ impl Session {
     }
 }
 
-/// The authenticated sessions as the preStop hook counts them.
+/// A jump held through the pod, as dstack's users hold one (`ssh -W`, which `-J` and a
+/// ProxyCommand run): a connection with a forwarded channel and no session channel, titled
+/// `sshd: root` by OpenSSH, to a TCP service beside the pod (busybox's `nc -l` in the pod's
+/// network namespace, the job pod it reaches), open until it is closed.
+struct Jump {
+    client: Child,
+    target: Child,
+}
+
+impl Jump {
+    const TARGET_PORT: &str = "2200";
+
+    fn open(pod: &DstackPod, key: &Path) -> Jump {
+        need("busybox");
+        let before = sessions(pod).unwrap_or(0);
+        let target = Command::new("nsenter")
+            .args(["--target", &pod.pid1.to_string(), "--net", "--"])
+            .args(["busybox", "nc", "-l", "-p", Self::TARGET_PORT])
+            // Held open: nc ends its connection once its input ends.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("busybox nc");
+        let start = Instant::now();
+        let client = loop {
+            let mut ssh = Command::new("nsenter");
+            ssh.args(["--target", &pod.pid1.to_string(), "--net", "ssh"])
+                .args(SSH_OPTIONS.split(' '))
+                .arg("-i")
+                .arg(key)
+                .args(["-W", &format!("127.0.0.1:{}", Self::TARGET_PORT)])
+                .arg("root@127.0.0.1")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let mut client = ssh.spawn().expect("ssh");
+            // Authenticated and forwarding once the pod counts one connection more; a client
+            // that ended (the target not listening yet) is tried again.
+            loop {
+                if sessions(pod).unwrap_or(0) > before {
+                    break;
+                }
+                if client.try_wait().unwrap().is_some() {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "the pod never counted the jump as a connection"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if client.try_wait().unwrap().is_none() {
+                break client;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "no jump");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        Jump { client, target }
+    }
+
+    fn open_still(&mut self) -> bool {
+        self.client.try_wait().unwrap().is_none()
+    }
+
+    /// Ends the client, as an IDE that quits does.
+    fn close(mut self) {
+        let _ = self.client.kill();
+        let _ = self.client.wait();
+        let _ = self.target.kill();
+        let _ = self.target.wait();
+    }
+}
+
+/// The authenticated connections as the preStop hook counts them.
 fn sessions(pod: &DstackPod) -> Option<u32> {
     let script = pre_stop_script(0);
     let counter = &script[..script.find("listeners()").unwrap()];
@@ -357,10 +430,24 @@ fn unauthenticated(pod: &DstackPod) -> Child {
         .expect("bash")
 }
 
-/// How many sessions the preStop hook said it waits for, once it has said it.
+/// Waits (bounded) until the hook's counter reads `n` connections.
+fn counts_down_to(pod: &DstackPod, n: u32) {
+    let start = Instant::now();
+    while sessions(pod) != Some(n) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the hook counts {:?} connections, not the {n} open:\n{}",
+            sessions(pod),
+            pod.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// How many connections the preStop hook said it waits for, once it has said it.
 fn waited_for(logs: &str) -> Option<u32> {
     let (_, rest) = logs.split_once("; waiting for ")?;
-    rest.split_once(" authenticated SSH session(s)")?
+    rest.split_once(" authenticated SSH connection(s)")?
         .0
         .parse()
         .ok()
@@ -394,7 +481,7 @@ fn ended_within(pod: &mut DstackPod, since: Instant, limit: Duration) -> Duratio
 #[rstest]
 #[case::under_debians_dash(Image::Debian)]
 #[case::under_busybox(Image::Busybox)]
-fn a_stopped_pod_accepts_through_the_handover_then_ends_with_its_last_session(
+fn a_stopped_pod_accepts_through_the_handover_then_ends_with_its_last_shell_or_jump(
     #[case] image: Image,
 ) {
     let dir = test_dir(&format!("kit-stop-{image:?}"));
@@ -404,6 +491,7 @@ fn a_stopped_pod_accepts_through_the_handover_then_ends_with_its_last_session(
     ssh_until(pod.pid1, &project, 0, Duration::from_secs(30), &pod.log);
     assert!(pod.ready());
     let mut session = Session::open(&pod, &project);
+    let mut jump = Jump::open(&pod, &project);
     let mut stuck = unauthenticated(&pod);
 
     let (mut hook, stopped) = stop(&pod, 300, &dir);
@@ -428,10 +516,10 @@ fn a_stopped_pod_accepts_through_the_handover_then_ends_with_its_last_session(
         not_ready >= handover - Duration::from_secs(1),
         "the probe failed {not_ready:?} after the stop, before the handover's end"
     );
-    // The session holds the pod (the connection that never logged in does not): the hook
-    // counted it and waits; the listener is still open for it. The hook's count may also hold
-    // the last probe's session, if it was still open when the handover ended: the count the
-    // hook goes on polling is the one that must come down to our session alone.
+    // The session and the jump hold the pod (the connection that never logged in does not):
+    // the hook counted them and waits; the listener is still open for them. The hook's count
+    // may also hold the last probe's session, if it was still open when the handover ended:
+    // the count the hook goes on polling is the one that must come down to ours alone.
     let start = Instant::now();
     let counted = loop {
         if let Some(n) = waited_for(&pod.logs()) {
@@ -445,24 +533,29 @@ fn a_stopped_pod_accepts_through_the_handover_then_ends_with_its_last_session(
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(
-        (1..=2).contains(&counted),
-        "the hook waits for {counted} session(s):\n{}",
+        (2..=3).contains(&counted),
+        "the hook waits for {counted} connection(s), not the session and the jump:\n{}",
         pod.logs()
     );
-    let start = Instant::now();
-    while sessions(&pod) != Some(1) {
+    counts_down_to(&pod, 2);
+    assert!(session.open_still(), "the session was cut:\n{}", pod.logs());
+    assert!(jump.open_still(), "the jump was cut:\n{}", pod.logs());
+    assert!(!pod.ended(), "the pod ended with a session open");
+    // The shell goes first: the jump alone still holds the pod. The hook polls each second and
+    // stops the listener a second after it counts none; three polls on, the jump is still open.
+    session.close();
+    counts_down_to(&pod, 1);
+    let polls = Instant::now();
+    while polls.elapsed() < Duration::from_secs(3) {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the hook counts {:?} sessions, not the one open:\n{}",
-            sessions(&pod),
+            jump.open_still() && !pod.ended(),
+            "the jump was cut once the shell had closed:\n{}",
             pod.logs()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(session.open_still(), "the session was cut:\n{}", pod.logs());
-    assert!(!pod.ended(), "the pod ended with a session open");
     let closed = Instant::now();
-    session.close();
+    jump.close();
     let after_close = ended_within(&mut pod, stopped, handover + Duration::from_secs(60));
     let gone = closed.elapsed();
     assert!(hook.wait().unwrap().success(), "the preStop hook failed");
@@ -470,15 +563,15 @@ fn a_stopped_pod_accepts_through_the_handover_then_ends_with_its_last_session(
     let _ = stuck.wait();
     println!(
         "{image:?}: {accepted} connections accepted during the handover, 0 refused; the probe failed \
-         {not_ready:?} after the stop, the hook then counting {counted} session(s); the pod ended {gone:?} after its session closed ({after_close:?} after the stop)"
+         {not_ready:?} after the stop, the hook then counting {counted} connection(s); the pod ended {gone:?} after its jump closed, the last connection ({after_close:?} after the stop)"
     );
     let logs = pod.logs();
     for step in [
         format!("jumppod: stopping: sshd accepts new connections for {HANDOVER_SECONDS} s more"),
         format!(
-            "jumppod: handover over: the readiness probe fails from now on; waiting for {counted} authenticated SSH session(s), at most 300 s"
+            "jumppod: handover over: the readiness probe fails from now on; waiting for {counted} authenticated SSH connection(s) (shells and jumps), at most 300 s"
         ),
-        "jumppod: no authenticated SSH session left after".into(),
+        "jumppod: no authenticated SSH connection left after".into(),
         "jumppod: stopping the sshd listener (pid ".into(),
     ] {
         assert!(logs.contains(&step), "{step:?} not logged:\n{logs}");
@@ -520,7 +613,7 @@ fn a_session_open_past_the_session_drain_ends_with_the_pod() {
     );
     let logs = pod.logs();
     assert!(
-        logs.contains("jumppod: session drain over after 3 s with 1 session(s) open"),
+        logs.contains("jumppod: session drain over after 3 s with 1 connection(s) open"),
         "{logs}"
     );
     drop(pod);

@@ -107,7 +107,7 @@ pub fn test_dir(test: &str) -> PathBuf {
     dir
 }
 
-const SSH_OPTIONS: &str = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR";
+pub const SSH_OPTIONS: &str = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR";
 
 /// `ssh root@127.0.0.1 <command>` with `key`, from inside the network namespace of process
 /// `pid`. `via`: reach it through `ssh -W` with that key, as `ssh -J` does.
