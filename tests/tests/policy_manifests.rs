@@ -82,6 +82,11 @@ fn the_cluster_admission_policy_agrees_with_metadata() {
     assert_eq!(spec["mutating"], metadata["mutating"]);
     assert_eq!(spec["backgroundAudit"], metadata["backgroundAudit"]);
     assert_eq!(spec["mode"], "protect");
+    assert_eq!(
+        spec["matchConditions"],
+        json!([{"name": "jump-pods", "expression": jumppod::schema::match_condition()}]),
+        "only jump pods and jump-pod ReplicaSets go to the policy-server, as to `jumppod webhook`"
+    );
     let module = spec["module"].as_str().expect("a module");
     assert!(module.starts_with("registry://"), "{module}");
     assert!(
