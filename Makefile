@@ -422,7 +422,7 @@ image: policy image-bin $(CONTROLPLANE)
 	image/build.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
 
 ## publish: push `make image`'s image and the chart to REGISTRY (host[/path], default the
-## project's): REGISTRY/jumppod:VERSION and oci://REGISTRY/charts/jumppod, after `docker login`/
+## project's): REGISTRY/jumppod:VERSION and oci://REGISTRY/charts/jumppod, after `skopeo login`/
 ## `helm registry login` where the registry asks for it; PLAIN_HTTP=1 for a registry without TLS.
 ## target/publish/published.env names what was pushed. make real-node-scenarios runs the same
 ## script against a registry on loopback, from which the real nodes pull.
