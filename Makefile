@@ -43,7 +43,7 @@ STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 NICE         := nice -n 10
 
-.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl policy-e2e policy-e2e-run bats clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-rootfs real-node-check
+.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl policy-e2e policy-e2e-run bats registry-given clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-rootfs real-node-check
 
 all: policy
 
@@ -421,15 +421,18 @@ image-bin:
 image: policy image-bin $(CONTROLPLANE)
 	image/build.sh $(CONTROLPLANE) $(IMAGE_BIN) $(POLICY_WASM) $(IMAGE_DIR) $(IMAGE_REF)
 
-## publish: push `make image`'s image and the chart to REGISTRY (host[/path], default the
-## project's): REGISTRY/jumppod:VERSION and oci://REGISTRY/charts/jumppod, after `skopeo login`/
+## publish: push `make image`'s image and the chart to REGISTRY (host[/path], a registry of
+## yours, required): REGISTRY/jumppod:VERSION and oci://REGISTRY/charts/jumppod, after `skopeo login`/
 ## `helm registry login` where the registry asks for it; PLAIN_HTTP=1 for a registry without TLS.
 ## target/publish/published.env names what was pushed. make real-node-scenarios runs the same
 ## script against a registry on loopback, from which the real nodes pull.
-REGISTRY ?= ghcr.io/jumppod
+REGISTRY ?=
 PUBLISH   = image/publish.sh $(1) $(IMAGE_DIR)/jumppod.oci.tar $(VERSION) $(CHART) $(HELM) $(TARGET_DIR)/publish $(2)
 export JUMPPOD_PUBLISHED := $(TARGET_DIR)/publish/published.env
-publish: image $(HELM)
+# Before minutes of building: a push needs a registry of the operator's.
+registry-given:
+	@test -n "$(REGISTRY)" || { echo "publish: REGISTRY is not set: name a registry of yours, host[/path] (make publish REGISTRY=registry.example.com/platform)" >&2; exit 2; }
+publish: registry-given image $(HELM)
 	@command -v skopeo >/dev/null 2>&1 || { echo "publish: installing Debian's skopeo"; $(call apt-install,skopeo); }
 	$(call PUBLISH,$(REGISTRY),$(if $(PLAIN_HTTP),plain-http))
 
