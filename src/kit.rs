@@ -89,13 +89,14 @@ pub fn readiness_script() -> String {
 /// (`session_proctitle`: `sshd: root@notty`, `sshd: root@pts/0`). Every other sshd process
 /// carries a second word or a bracket: the listener (`sshd: /usr/sbin/sshd -D ... [listener] 0
 /// of 10-100 startups`), a connection before authentication (`[accepted]`, `[net]`, OpenSSH
-/// 10's `sshd-auth: [session-auth]`) and a non-root user's monitor (`sshd: alice [priv]`, whose
-/// child `sshd: alice` is counted). From OpenSSH 9.8 the per-connection processes are
-/// `sshd-session` (the same titles after `sshd-session: `). A listener that never renamed itself
-/// (`/usr/sbin/sshd -D ...`) does not start with `sshd`. The title is the command line up to its
-/// first NUL (Linux pads the rest with NULs): `read` stops there or drops them (dash, busybox's
-/// ash, bash), so no `ps` and no `grep` on binary data is needed. A connection that never
-/// authenticates (a scanner on a public NodePort, a login in progress) is not counted.
+/// 10's `sshd-auth: [session-auth]`) and a connection's privileged monitor (`sshd: alice
+/// [priv]`, whose child `sshd: alice` is counted; Debian's 9.2 runs none for root). From
+/// OpenSSH 9.8 the per-connection processes are `sshd-session` (the same titles after
+/// `sshd-session: `). A listener that never renamed itself (`/usr/sbin/sshd -D ...`) does not
+/// start with `sshd`. The title is the command line up to its first NUL (Linux pads the rest
+/// with NULs), which dash's and busybox's `read` leave out: no `ps`, and no `grep` on binary
+/// data. A connection that never authenticates (a scanner on a public NodePort, a login in
+/// progress) is not counted.
 pub const SESSIONS: &str = r#"sessions() {
   n=0
   for d in ${1:-/proc}/[0-9]*; do
