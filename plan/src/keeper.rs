@@ -137,7 +137,12 @@ pub fn decide(
     let named_node = named.and_then(node_of).or_else(|| node_of(template));
     let troubled = |node: Option<&str>| node.and_then(|n| nodes.of(n));
     let serving = named.is_some_and(|p| is_ready(p) && troubled(node_of(p)).is_none());
-    let mut actions = Vec::new();
+    // A finished standby (evicted, its node gone, its container failed) serves no one and no
+    // controller removes it: it goes, and another is made if one is still needed.
+    let mut actions: Vec<Action> = standbys(observed)
+        .filter(|p| is_finished(p) && p.metadata.deletion_timestamp.is_none())
+        .map(|p| delete_standby(p, "the standby has finished"))
+        .collect();
 
     // The standby: made when the named pod stops serving or is about to, kept until it serves
     // again (a pod dstack just created and not yet Ready needs none).

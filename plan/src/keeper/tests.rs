@@ -178,6 +178,12 @@ fn run(observed: &Observed, nodes: &NodeTrouble) -> Vec<String> {
 #[case::a_node_found_lost_frees_the_name_at_once(
     observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Ready)]), trouble("lost", "a"),
     vec!["force-delete dstack-main-ssh-jump-pod"])]
+#[case::a_finished_standby_is_deleted(
+    observed(Some(named("a", Is::Ready)), vec![standby("1", "b", Is::Finished)]), NodeTrouble::default(),
+    vec!["delete-standby dstack-main-ssh-jump-pod-standby-1"])]
+#[case::a_finished_standby_is_replaced_while_the_jump_pod_does_not_serve(
+    observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Finished)]), NodeTrouble::default(),
+    vec!["delete-standby dstack-main-ssh-jump-pod-standby-1", "create standby"])]
 #[case::two_standbys_are_one_too_many(
     observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Ready), standby("2", "b", Is::Starting)]),
     NodeTrouble::default(), vec!["delete-standby dstack-main-ssh-jump-pod-standby-2"])]
