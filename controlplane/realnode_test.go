@@ -31,23 +31,32 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// sshdScript is jumppod's own start script, read from the planning crate so the
-// pod runs what `jumppod ensure` would put in it.
+// sshdScript is jumppod's own start script, read from the Rust sources so the pod runs
+// what `jumppod ensure` would put in it: plan/src/manifest.rs joins its start, the session
+// count of the core (src/kit.rs, the kit's too) and its end.
 func sshdScript(t *testing.T) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "plan", "src", "manifest.rs"))
+	return rustRawString(t, "plan/src/manifest.rs", "const SSHD_SCRIPT_START: &str = r#\"") +
+		rustRawString(t, "src/kit.rs", "pub const SESSIONS: &str = r#\"") +
+		rustRawString(t, "plan/src/manifest.rs", "const SSHD_SCRIPT_END: &str = r#\"")
+}
+
+// rustRawString is the raw string literal (r#"..."#) that follows open in the repository's
+// file.
+func rustRawString(t *testing.T, file, open string) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(file)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const open = "pub const SSHD_SCRIPT: &str = r#\""
 	start := bytes.Index(src, []byte(open))
 	if start < 0 {
-		t.Fatalf("no %q in plan/src/manifest.rs", open)
+		t.Fatalf("no %q in %s", open, file)
 	}
 	rest := src[start+len(open):]
 	end := bytes.Index(rest, []byte("\"#;"))
 	if end < 0 {
-		t.Fatal("SSHD_SCRIPT has no end in plan/src/manifest.rs")
+		t.Fatalf("%q has no end in %s", open, file)
 	}
 	return string(rest[:end])
 }
