@@ -12,7 +12,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,8 +30,8 @@ pub(super) struct Silence {
 struct State {
     /// Node: its Lease's renewTime as last seen, and when that was seen.
     renewed: HashMap<String, (Option<String>, Instant)>,
-    /// The nodes found silent, and since when their Lease was last seen renewed.
-    silent: BTreeMap<String, Instant>,
+    /// The nodes found silent.
+    silent: BTreeSet<String>,
 }
 
 impl Silence {
@@ -46,7 +46,7 @@ impl Silence {
         );
         state
             .silent
-            .keys()
+            .iter()
             .map(|node| (node.clone(), why.clone()))
             .collect()
     }
@@ -72,7 +72,7 @@ impl Silence {
             .is_none_or(|(seen, _)| *seen != renew);
         if changed {
             state.renewed.insert(node.clone(), (renew, now));
-            if state.silent.remove(&node).is_some() {
+            if state.silent.remove(&node) {
                 tracing::info!(%node, "the node renews its Lease again");
                 return Some(node);
             }
@@ -83,7 +83,7 @@ impl Silence {
     fn forget(&self, node: &str) -> Option<String> {
         let mut state = self.lock();
         state.renewed.remove(node);
-        state.silent.remove(node).map(|_| node.to_owned())
+        state.silent.remove(node).then(|| node.to_owned())
     }
 
     /// The nodes that went silent since the last look.
@@ -92,8 +92,7 @@ impl Silence {
         let State { renewed, silent } = &mut *state;
         let mut found = Vec::new();
         for (node, (_, at)) in renewed.iter() {
-            if now.duration_since(*at) >= self.after && !silent.contains_key(node) {
-                silent.insert(node.clone(), *at);
+            if now.duration_since(*at) >= self.after && silent.insert(node.clone()) {
                 tracing::warn!(%node, after = ?self.after, "the node has not renewed its Lease: silent");
                 found.push(node.clone());
             }
