@@ -107,21 +107,30 @@ pub fn test_dir(test: &str) -> PathBuf {
     dir
 }
 
-pub const SSH_OPTIONS: &str = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR";
+const SSH_OPTIONS: &str = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR";
+
+/// `ssh` with the tests' options and `key`, from inside the network namespace of process
+/// `pid`; the caller adds where to and what.
+pub fn ssh_from(pid: u32, key: &Path) -> Command {
+    let mut ssh = Command::new("nsenter");
+    ssh.args(["--target", &pid.to_string(), "--net", "ssh"])
+        .args(SSH_OPTIONS.split(' '))
+        .arg("-i")
+        .arg(key);
+    ssh
+}
 
 /// `ssh root@127.0.0.1 <command>` with `key`, from inside the network namespace of process
 /// `pid`. `via`: reach it through `ssh -W` with that key, as `ssh -J` does.
 pub fn ssh_command(pid: u32, key: &Path, via: Option<&Path>, command: &str) -> Command {
-    let mut ssh = Command::new("nsenter");
-    ssh.args(["--target", &pid.to_string(), "--net", "ssh"])
-        .args(SSH_OPTIONS.split(' '));
+    let mut ssh = ssh_from(pid, key);
     if let Some(jump) = via {
         ssh.arg("-o").arg(format!(
             "ProxyCommand=ssh {SSH_OPTIONS} -i {} -W %h:%p root@127.0.0.1",
             jump.display()
         ));
     }
-    ssh.arg("-i").arg(key).args(["root@127.0.0.1", command]);
+    ssh.args(["root@127.0.0.1", command]);
     ssh
 }
 
