@@ -8,6 +8,7 @@ mod metadata;
 mod section;
 
 use clap::{Parser, Subcommand};
+use jumppod_host::cli::json_arg;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -91,7 +92,7 @@ enum KwctlError {
     Settings {
         field: &'static str,
         #[source]
-        source: serde_yaml::Error,
+        source: Box<jumppod_host::HostError>,
     },
     #[error(transparent)]
     Metadata(#[from] metadata::MetadataError),
@@ -135,20 +136,19 @@ fn run(command: Command) -> Result<(), KwctlError> {
             settings_json,
             module,
         } => {
-            // kwctl reads a settings file as YAML (JSON is YAML) and --settings-json as JSON.
+            // Read as `jumppod eval --settings` reads JSON or @FILE: as YAML, as kwctl reads a
+            // settings file (JSON is YAML).
+            let read_settings = |field, text: &str| {
+                json_arg(field, text).map_err(|e| KwctlError::Settings {
+                    field,
+                    source: Box::new(e),
+                })
+            };
             let settings: Value = match (settings_path, settings_json) {
-                (Some(path), _) => serde_yaml::from_slice(&read(&path)?).map_err(|source| {
-                    KwctlError::Settings {
-                        field: "--settings-path",
-                        source,
-                    }
-                })?,
-                (None, Some(json)) => {
-                    serde_yaml::from_str(&json).map_err(|source| KwctlError::Settings {
-                        field: "--settings-json",
-                        source,
-                    })?
+                (Some(path), _) => {
+                    read_settings("--settings-path", &format!("@{}", path.display()))?
                 }
+                (None, Some(json)) => read_settings("--settings-json", &json)?,
                 (None, None) => Value::Object(Default::default()),
             };
             let evaluations =
