@@ -43,7 +43,7 @@ STAGES       := $(TARGET_DIR)/stages.tsv
 STAGE        := .ci/stage $(STAGES)
 NICE         := nice -n 10
 
-.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl policy-e2e policy-e2e-run bats registry-given clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-rootfs real-node-check
+.PHONY: dstack-venv image image-bin image-check publish all setup check test-build fmt-check packages docs-check docs-reference dist kubectl sshd policy accept-all spin no-wasm test lint chart-check fmt unit demo demo-real bench bench-controller bench-webhook bench-jump-pod e2e-kwctl policy-e2e policy-e2e-run kwctl-wapc bats registry-given clean controlplane controlplane-check cluster-up real-node-deps real-node-images real-node-rootfs real-node-check
 
 all: policy
 
@@ -330,17 +330,19 @@ bats:
 ## fixtures) with kwctl where it is installed, else with kwctl-wapc, kwctl's command line on
 ## jumppod's waPC runtime; the first line says which ran. policy-e2e-run runs it with the
 ## kwctl-wapc that `make test-build` built.
-policy-e2e: policy bats
-	$(CARGO) build --workspace --features $(FEATURES) --bin kwctl-wapc
+policy-e2e: kwctl-wapc
 	@$(MAKE) --no-print-directory policy-e2e-run
 policy-e2e-run: policy bats
 	set -o pipefail; policy/e2e.sh | tee $(TARGET_DIR)/policy-e2e.log
 
 ## e2e-kwctl: the same suite with the kwctl on PATH (docs/testing.md builds it from source), then
 ## kwctl-wapc's answers compared with kwctl's on every fixture (policy/runners.bats)
-e2e-kwctl: policy bats
-	$(CARGO) build --workspace --features $(FEATURES) --bin kwctl-wapc
+e2e-kwctl: policy bats kwctl-wapc
 	policy/e2e.sh --runner kwctl
+
+# kwctl-wapc with make test's features, so a warm target/ is shared.
+kwctl-wapc:
+	$(CARGO) build --workspace --features $(FEATURES) --bin kwctl-wapc
 
 ## controlplane: the real Kubernetes control plane for the tests, built from Kubernetes' Go
 ## modules (controlplane/README.md); rebuilt only when its sources change. Go's own caches
