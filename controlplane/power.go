@@ -25,8 +25,16 @@ import (
 // when its heartbeats stop, as it would find a machine that lost power.
 // kube-proxy is the machine's, shared by every node (one network
 // namespace), so it keeps serving NodePorts through a power cut.
+//
+// A gentler fault on the same watch: kubeletPausedAnnotation stops the
+// node's kubelet alone (SIGSTOP), as a kubelet starved or swapped out
+// stalls, and its removal continues it (SIGCONT). Its containerd, its pods
+// and kube-proxy run on; only the node's Lease and status go unrenewed.
 
-// keepPower follows the real nodes' annotation until the cluster stops.
+// kubeletPausedAnnotation on a real node, "true": its kubelet is paused.
+const kubeletPausedAnnotation = "jumppod.test/kubelet-paused"
+
+// keepPower follows the real nodes' annotations until the cluster stops.
 func (r *realNodes) keepPower(admin kubernetes.Interface, start time.Time) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -49,6 +57,8 @@ func (r *realNodes) keepPower(admin kubernetes.Interface, start time.Time) {
 				continue
 			}
 			r.setPower(ctx, admin, start, node.Name, node.Annotations[notReadyAnnotation] != "true")
+			// After setPower: a node booted with the annotation still on pauses its new kubelet.
+			r.setPaused(start, node.Name, node.Annotations[kubeletPausedAnnotation] == "true")
 		}
 		w.Stop()
 	}
@@ -58,12 +68,7 @@ func (r *realNodes) keepPower(admin kubernetes.Interface, start time.Time) {
 func (r *realNodes) setPower(ctx context.Context, admin kubernetes.Interface, start time.Time, name string, on bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var node *realNode
-	for _, n := range r.nodes {
-		if n.name == name {
-			node = n
-		}
-	}
+	node := r.named(name)
 	if node == nil || node.off == !on || r.lock == nil {
 		return
 	}
@@ -79,9 +84,59 @@ func (r *realNodes) setPower(ctx context.Context, admin kubernetes.Interface, st
 	progress(start, "%s: power back (annotation %s removed), Ready again in %.1fs", name, notReadyAnnotation, time.Since(began).Seconds())
 }
 
+// named is the real node called name, or nil.
+func (r *realNodes) named(name string) *realNode {
+	for _, n := range r.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// setPaused stops or continues one node's kubelet when it is not so already.
+// A node without power has no kubelet to pause.
+func (r *realNodes) setPaused(start time.Time, name string, paused bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	node := r.named(name)
+	if node == nil || node.off || node.kubelet == nil || node.paused == paused || r.lock == nil {
+		return
+	}
+	if !paused {
+		r.resumeKubelet(node)
+		progress(start, "%s: kubelet continued (annotation %s removed) after %.1fs paused", name, kubeletPausedAnnotation, time.Since(node.pausedAt).Seconds())
+		return
+	}
+	// The kubelet's process only, not its group: a helper it runs (iptables,
+	// mount) finishes rather than stopping with a lock held.
+	pid := node.kubelet.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		progress(start, "%s: kubelet (pid %d) not paused: %v", name, pid, err)
+		return
+	}
+	node.paused, node.pausedAt = true, time.Now()
+	progress(start, "%s: kubelet paused (annotation %s=true): SIGSTOP to pid %d; containerd, pods and kube-proxy run on", name, kubeletPausedAnnotation, pid)
+}
+
+// resumeKubelet continues a paused kubelet. Before a stop too: a stopped
+// process keeps SIGTERM pending until it is continued, so child.stop would
+// wait out its grace and kill it.
+func (r *realNodes) resumeKubelet(node *realNode) {
+	if !node.paused {
+		return
+	}
+	_ = syscall.Kill(node.kubelet.cmd.Process.Pid, syscall.SIGCONT)
+	node.paused = false
+}
+
 // cutPower kills the node's processes at once and says what it killed.
 func (r *realNodes) cutPower(node *realNode) string {
 	node.off = true
+	// SIGKILL takes a stopped process too, without a SIGCONT that would let
+	// it run first. The kubelet the node boots with is paused again only if
+	// the annotation is still there (keepPower).
+	node.paused = false
 	for _, ch := range []*child{node.kubelet, node.containerd} {
 		ch.expectExit()
 		_ = syscall.Kill(-ch.cmd.Process.Pid, syscall.SIGKILL)

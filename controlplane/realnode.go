@@ -130,6 +130,9 @@ type realNode struct {
 	pressure          *pressureInfo
 	// off: its power is cut (power.go).
 	off bool
+	// paused: its kubelet is stopped by SIGSTOP (power.go), since pausedAt.
+	paused   bool
+	pausedAt time.Time
 }
 
 // realNodes is everything `up --real-nodes` started or changed, so that
@@ -829,6 +832,7 @@ func (r *realNodes) stop() {
 	}
 	stop(r.proxy)
 	for _, node := range r.nodes {
+		r.resumeKubelet(node)
 		stop(node.kubelet)
 	}
 	wg.Wait()

@@ -16,12 +16,14 @@ use kube::api::EvictParams;
 const RUNNER: &str = "mkdir -p /run/sshd /root/.ssh && printf '%s\\n' \"$JOB_AUTHORIZED_KEYS\" \
     > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys && ssh-keygen -A \
     >/dev/null && exec /usr/sbin/sshd -D -e -p 10022";
+/// [`RUNNER`]'s port.
+pub(super) const RUNNER_PORT: u16 = 10022;
 
 /// The controller's log filter in these scenarios.
 const RUST_LOG: &str = "info,jumppod_host::controller=debug";
 
 /// `jumppod run` for the scenario's namespace, as the admin, its log beside the scenario's.
-fn controller(scenario: &Scenario) -> Controller {
+pub(super) fn controller(scenario: &Scenario) -> Controller {
     let template = scenario.dir.join("controller.yaml");
     std::fs::create_dir_all(&scenario.dir).unwrap();
     std::fs::write(&template, SMALL).unwrap();
@@ -47,7 +49,7 @@ fn controller(scenario: &Scenario) -> Controller {
 
 /// A job of the project, as `run_job` makes its pod: dstack's labels, and its users' `keys`
 /// with the project's in the runner's arguments. Its pod, once it runs, and its IP.
-async fn job(scenario: &Scenario, name: &str, keys: &[&Path]) -> String {
+pub(super) async fn job(scenario: &Scenario, name: &str, keys: &[&Path]) -> String {
     let project = scenario.project.public_file();
     let keys: Vec<String> = keys.iter().map(|k| public_file(k)).collect();
     let mut args = vec![
@@ -73,25 +75,12 @@ async fn job(scenario: &Scenario, name: &str, keys: &[&Path]) -> String {
 /// SSH with `user`'s key through the jump pod at the NodePort (`ssh -W`, as `ssh -J` does) to
 /// the job's runner at `target`: the hostname it answers, or why not.
 async fn jump_to(user: &Path, port: i32, target: &str) -> Result<String, String> {
-    let proxy = format!(
-        "ProxyCommand=ssh {} -i {} -p {port} -W %h:%p root@127.0.0.1",
-        SSH_OPTIONS.join(" "),
-        user.display()
-    );
-    let mut ssh = tokio::process::Command::new("ssh");
-    ssh.arg("-i").arg(user).args(SSH_OPTIONS).args([
-        "-o",
-        &proxy,
-        "-p",
-        "10022",
-        &format!("root@{target}"),
-        "hostname",
-    ]);
+    let ssh = jump_command(user, port, target, RUNNER_PORT, "hostname");
     outcome(ssh, Duration::from_secs(30)).await
 }
 
 /// Waits (bounded) until `user`'s key jumps through the NodePort to the job `job` at `target`.
-async fn jumps(user: &Path, port: i32, target: &str, job: &str, what: &str) -> Duration {
+pub(super) async fn jumps(user: &Path, port: i32, target: &str, job: &str, what: &str) -> Duration {
     let started = Instant::now();
     wait_for_up_to(what, POD_UP, || async {
         (jump_to(user, port, target).await.as_deref() == Ok(job)).then_some(())
@@ -111,7 +100,7 @@ async fn service(scenario: &Scenario) -> (String, i32) {
     (svc.metadata.uid.unwrap_or_default(), port)
 }
 
-fn node_of(pod: &Pod) -> String {
+pub(super) fn node_of(pod: &Pod) -> String {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
@@ -155,7 +144,7 @@ async fn drain(node: &str, jump_pod: &str) -> Duration {
 
 /// Of the probes made since `from`: how many were refused or failed, of how many. Each
 /// failure is printed, with when it was made.
-fn refused(outcomes: &[Probe], from: Instant) -> (usize, usize) {
+pub(super) fn refused(outcomes: &[Probe], from: Instant) -> (usize, usize) {
     let since: Vec<&Probe> = outcomes.iter().filter(|(made, _)| *made >= from).collect();
     let failed: Vec<(Duration, &String)> = since
         .iter()

@@ -1,6 +1,6 @@
 //! Shared by the test binaries that run on the real nodes of `jumppod-controlplane run
 //! --real-nodes` (`real_node.rs`, `dstack/`): what the nodes are, key pairs, the OpenSSH client
-//! through a NodePort, and a node's power cut.
+//! through a NodePort, and a node's power cut or kubelet pause.
 
 #![allow(
     dead_code,
@@ -154,6 +154,32 @@ pub fn ssh_command(key: &Path, host: &str, port: i32, command: &str) -> tokio::p
     ssh
 }
 
+/// `ssh` with `user`'s key through the jump pod at 127.0.0.1:`port` (`ssh -W`, as `ssh -J`
+/// does) to root at `target`:`target_port`, with `user`'s key there too, running `command`.
+pub fn jump_command(
+    user: &Path,
+    port: i32,
+    target: &str,
+    target_port: u16,
+    command: &str,
+) -> tokio::process::Command {
+    let proxy = format!(
+        "ProxyCommand=ssh {} -i {} -p {port} -W %h:%p root@127.0.0.1",
+        SSH_OPTIONS.join(" "),
+        user.display()
+    );
+    let mut ssh = tokio::process::Command::new("ssh");
+    ssh.arg("-i").arg(user).args(SSH_OPTIONS).args([
+        "-o",
+        &proxy,
+        "-p",
+        &target_port.to_string(),
+        &format!("root@{target}"),
+        command,
+    ]);
+    ssh
+}
+
 /// Runs `command` over SSH as root at 127.0.0.1:`port` with `key`, accepting any host key;
 /// its output, or why it failed.
 pub async fn ssh(key: &Path, port: i32, command: &str) -> Result<String, String> {
@@ -197,8 +223,27 @@ pub struct Session {
 }
 
 impl Session {
+    /// The remote loop.
+    const TICKS: &str = "while :; do echo tick; sleep 1; done";
+
     pub fn open(key: &Path, host: &str, port: i32) -> Session {
-        let mut child = ssh_command(key, host, port, "while :; do echo tick; sleep 1; done")
+        Session::spawn(ssh_command(key, host, port, Session::TICKS))
+    }
+
+    /// A jump held open, as a dstack user's `ssh -J` to their job: through the jump pod at the
+    /// NodePort `port` to the sshd at `target`:`target_port` ([`jump_command`]).
+    pub fn jump(user: &Path, port: i32, target: &str, target_port: u16) -> Session {
+        Session::spawn(jump_command(
+            user,
+            port,
+            target,
+            target_port,
+            Session::TICKS,
+        ))
+    }
+
+    fn spawn(mut ssh: tokio::process::Command) -> Session {
+        let mut child = ssh
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -493,9 +538,14 @@ impl Drop for PowerCut {
 }
 
 pub async fn set_power(kube: &Kube, node: &str, on: bool) {
-    let value = if on { Value::Null } else { json!("true") };
+    annotate_node(kube, node, POWER_CUT, !on).await;
+}
+
+/// Sets `annotation` to `"true"` on `node`, or removes it.
+async fn annotate_node(kube: &Kube, node: &str, annotation: &str, set: bool) {
+    let value = if set { json!("true") } else { Value::Null };
     let mut annotations = serde_json::Map::new();
-    annotations.insert(POWER_CUT.into(), value);
+    annotations.insert(annotation.into(), value);
     Api::<Node>::all(kube.client.clone())
         .patch(
             node,
@@ -503,7 +553,93 @@ pub async fn set_power(kube: &Kube, node: &str, on: bool) {
             &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
         )
         .await
-        .unwrap_or_else(|e| panic!("annotating {node} {POWER_CUT}: {e}"));
+        .unwrap_or_else(|e| panic!("annotating {node} {annotation}: {e}"));
+}
+
+/// The annotation that makes `jumppod-controlplane` stop a real node's kubelet (SIGSTOP) and,
+/// removed, continue it (SIGCONT); its containerd, pods and kube-proxy run on
+/// (controlplane/power.go).
+pub const KUBELET_PAUSE: &str = "jumppod.test/kubelet-paused";
+
+/// A real node's kubelet, paused until [`KubeletPause::resume`]; dropped without that (a panic),
+/// it continues the kubelet on its own, so the scenarios after it find the node whole.
+pub struct KubeletPause {
+    node: String,
+    resumed: bool,
+}
+
+impl KubeletPause {
+    /// Returns once the kubelet's process is stopped.
+    pub async fn pause(kube: &Kube, node: &str) -> KubeletPause {
+        annotate_node(kube, node, KUBELET_PAUSE, true).await;
+        let pause = KubeletPause {
+            node: node.to_owned(),
+            resumed: false,
+        };
+        kubelet_stopped_is(node, true).await;
+        pause
+    }
+
+    /// Returns once the kubelet's process runs again.
+    pub async fn resume(mut self, kube: &Kube) {
+        self.resumed = true;
+        annotate_node(kube, &self.node, KUBELET_PAUSE, false).await;
+        kubelet_stopped_is(&self.node, false).await;
+    }
+}
+
+impl Drop for KubeletPause {
+    fn drop(&mut self) {
+        if self.resumed {
+            return;
+        }
+        let node = self.node.clone();
+        let resume = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to resume the kubelet")
+                .block_on(async {
+                    let kube = admin().await;
+                    annotate_node(&kube, &node, KUBELET_PAUSE, false).await;
+                    kubelet_stopped_is(&node, false).await;
+                });
+        });
+        if resume.join().is_err() {
+            eprintln!(
+                "{}'s kubelet did not run again; see the panic above",
+                self.node
+            );
+        }
+    }
+}
+
+/// Waits (bounded) until the kubelet of `node` is stopped (state `T`), or runs, as `stopped`
+/// says. The kubelets run on this machine: `jumppod-controlplane kubelet
+/// --hostname-override=<node>` (controlplane/realnode.go).
+async fn kubelet_stopped_is(node: &str, stopped: bool) {
+    let flag = format!("--hostname-override={node}");
+    let what = format!(
+        "{node}'s kubelet {}",
+        if stopped { "stopped" } else { "running" }
+    );
+    wait_for_up_to(&what, Duration::from_secs(20), || async {
+        let state = std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                if args.get(1) != Some(&&b"kubelet"[..]) || !args.contains(&flag.as_bytes()) {
+                    return None;
+                }
+                // /proc/PID/stat: the state follows the command's name, in parentheses.
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                Some(stat.rsplit_once(") ")?.1.split(' ').next()?.to_owned())
+            })?;
+        ((state == "T") == stopped).then_some(())
+    })
+    .await;
 }
 
 /// The node's Ready condition (`Unknown` once the node-lifecycle controller has not heard
