@@ -167,7 +167,7 @@ test-build: setup
 ## the binary without Wasm are built first: the tests load and run them. Two lanes at once
 ## (.ci/test-lanes): the test binaries that use the control plane, one after another as cargo
 ## runs them (each one's tests share it with each other only), beside every other one.
-UNIT_CLUSTER_TESTS := real_cluster,controller,keeper,chart,demo
+UNIT_CLUSTER_TESTS := real_cluster,controller,keeper,surge,chart,demo
 unit: policy spin no-wasm kubectl sshd $(CONTROLPLANE) $(HELM)
 	$(CONTROLPLANE) run --dir $(TARGET_DIR)/controlplane/test -- \
 	  .ci/test-lanes $(TARGET_DIR)/test.log cluster=$(UNIT_CLUSTER_TESTS) -- \

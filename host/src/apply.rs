@@ -52,167 +52,7 @@ pub async fn apply(
 ) -> Result<Vec<Applied>, HostError> {
     let mut done = Vec::with_capacity(actions.len());
     for action in actions {
-        let outcome = match action {
-            Action::CreateNamespace(ns) => {
-                let api: Api<Namespace> = Api::all(kube.client.clone());
-                create(
-                    kube,
-                    &api,
-                    ns,
-                    Op::new("create", "namespaces", None, ns.metadata.name.as_deref()),
-                )
-                .await?
-            }
-            Action::CreateReplicaSet(rs) => {
-                let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), namespace);
-                create(
-                    kube,
-                    &api,
-                    rs.as_ref(),
-                    Op::new(
-                        "create",
-                        "replicasets",
-                        Some(namespace),
-                        rs.metadata.name.as_deref(),
-                    ),
-                )
-                .await?
-            }
-            Action::CreateService {
-                service,
-                keeps_port,
-            } => {
-                let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
-                let o = Op::new(
-                    "create",
-                    "services",
-                    Some(namespace),
-                    service.metadata.name.as_deref(),
-                );
-                match create(kube, &api, service.as_ref(), o).await {
-                    Err(HostError::Api {
-                        code: 422,
-                        message,
-                        source,
-                        ..
-                    }) if message.contains("already allocated") => {
-                        // The registry allocates the NodePort before it finds the name taken,
-                        // so another host's create of this very Service (the same selector, on
-                        // this port) answers 422, not 409 AlreadyExists: a read tells which.
-                        // That create may still be in flight (its port allocated, its Service
-                        // not yet stored), so the read is repeated for a moment.
-                        let name = name_of(&service.metadata);
-                        if twin_appears(kube, &api, namespace, service).await? {
-                            ActionOutcome::AlreadyExisted
-                        } else {
-                            return Err(HostError::NodePortTaken {
-                                service: name.to_owned(),
-                                port: keeps_port.or_else(|| node_port(service)).unwrap_or(0),
-                                kept: keeps_port.is_some(),
-                                message,
-                                source,
-                            });
-                        }
-                    }
-                    other => other?,
-                }
-            }
-            Action::DeletePod { name, uid, .. }
-            | Action::DeleteStandby { name, uid, .. }
-            | Action::MovePodOff { name, uid, .. }
-            | Action::DeleteRetiringPod { name, uid, .. }
-            | Action::ForceDeletePod { name, uid, .. } => {
-                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-                // A pod on a lost node: its kubelet never confirms, so only a grace period of
-                // 0 removes it (what `kubectl delete --force --grace-period=0` does).
-                let grace = matches!(action, Action::ForceDeletePod { .. }).then_some(0);
-                delete(
-                    kube,
-                    &api,
-                    uid,
-                    grace,
-                    Op::new("delete", "pods", Some(namespace), Some(name)),
-                )
-                .await?
-            }
-            Action::CreatePod { pod, .. } => {
-                let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-                let op = Op::new(
-                    "create",
-                    "pods",
-                    Some(namespace),
-                    pod.metadata.name.as_deref(),
-                );
-                match create(kube, &api, pod.as_ref(), op).await {
-                    // The namespace is being deleted: whatever was in it is going too.
-                    Err(HostError::Api {
-                        code: 403, message, ..
-                    }) if message.contains("being terminated") => {
-                        ActionOutcome::NamespaceTerminating
-                    }
-                    other => other?,
-                }
-            }
-            Action::DeleteService { name, uid, .. } => {
-                let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
-                delete(
-                    kube,
-                    &api,
-                    uid,
-                    None,
-                    Op::new("delete", "services", Some(namespace), Some(name)),
-                )
-                .await?
-            }
-            Action::RetirePod {
-                name,
-                why,
-                resource_version,
-            } => {
-                mark_retiring(
-                    kube,
-                    namespace,
-                    name,
-                    resource_version.as_deref(),
-                    Some(why),
-                )
-                .await?
-            }
-            Action::WithdrawRetiring {
-                name,
-                resource_version,
-                ..
-            } => mark_retiring(kube, namespace, name, resource_version.as_deref(), None).await?,
-            Action::ScaleReplicaSet {
-                name,
-                replicas,
-                surged_from,
-                retired,
-                resource_version,
-                ..
-            } => {
-                let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), namespace);
-                // null removes a record (JSON merge patch, RFC 7386).
-                let patch = serde_json::json!({
-                    "metadata": {
-                        "resourceVersion": resource_version,
-                        "annotations": {
-                            surge::SURGED_FROM_ANNOTATION: surged_from.map(|n| n.to_string()),
-                            surge::SURGED_TO_ANNOTATION: surged_from.map(|_| replicas.to_string()),
-                            surge::RETIRED_ANNOTATION: (!retired.is_empty()).then(|| retired.join(",")),
-                        },
-                    },
-                    "spec": {"replicas": replicas},
-                });
-                merge_patch(
-                    kube,
-                    &api,
-                    &patch,
-                    Op::new("patch", "replicasets", Some(namespace), Some(name)),
-                )
-                .await?
-            }
-        };
+        let outcome = apply_one(kube, namespace, action).await?;
         tracing::info!(%action, ?outcome, "applied");
         done.push(Applied {
             action: action.clone(),
@@ -223,6 +63,211 @@ pub async fn apply(
         }
     }
     Ok(done)
+}
+
+/// Sends the actions in order, past a permanent error (a create the API refuses, a quota):
+/// the controller's other writes for the project do not wait on one the API will not take.
+/// Stops after a stale write. The errors, each with its action.
+pub async fn apply_each(
+    kube: &Kube,
+    namespace: &str,
+    actions: &[Action],
+) -> (Vec<Applied>, Vec<(Action, HostError)>) {
+    let mut done = Vec::with_capacity(actions.len());
+    let mut refused = Vec::new();
+    for action in actions {
+        match apply_one(kube, namespace, action).await {
+            Ok(outcome) => {
+                tracing::info!(%action, ?outcome, "applied");
+                done.push(Applied {
+                    action: action.clone(),
+                    outcome,
+                });
+                if outcome == ActionOutcome::Stale {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%action, error = %e.report(), "refused");
+                refused.push((action.clone(), e));
+            }
+        }
+    }
+    (done, refused)
+}
+
+/// Sends one action.
+async fn apply_one(
+    kube: &Kube,
+    namespace: &str,
+    action: &Action,
+) -> Result<ActionOutcome, HostError> {
+    Ok(match action {
+        Action::CreateNamespace(ns) => {
+            let api: Api<Namespace> = Api::all(kube.client.clone());
+            create(
+                kube,
+                &api,
+                ns,
+                Op::new("create", "namespaces", None, ns.metadata.name.as_deref()),
+            )
+            .await?
+        }
+        Action::CreateReplicaSet(rs) => {
+            let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), namespace);
+            create(
+                kube,
+                &api,
+                rs.as_ref(),
+                Op::new(
+                    "create",
+                    "replicasets",
+                    Some(namespace),
+                    rs.metadata.name.as_deref(),
+                ),
+            )
+            .await?
+        }
+        Action::CreateService {
+            service,
+            keeps_port,
+        } => {
+            let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
+            let o = Op::new(
+                "create",
+                "services",
+                Some(namespace),
+                service.metadata.name.as_deref(),
+            );
+            match create(kube, &api, service.as_ref(), o).await {
+                Err(HostError::Api {
+                    code: 422,
+                    message,
+                    source,
+                    ..
+                }) if message.contains("already allocated") => {
+                    // The registry allocates the NodePort before it finds the name taken,
+                    // so another host's create of this very Service (the same selector, on
+                    // this port) answers 422, not 409 AlreadyExists: a read tells which.
+                    // That create may still be in flight (its port allocated, its Service
+                    // not yet stored), so the read is repeated for a moment.
+                    let name = name_of(&service.metadata);
+                    if twin_appears(kube, &api, namespace, service).await? {
+                        ActionOutcome::AlreadyExisted
+                    } else {
+                        return Err(HostError::NodePortTaken {
+                            service: name.to_owned(),
+                            port: keeps_port.or_else(|| node_port(service)).unwrap_or(0),
+                            kept: keeps_port.is_some(),
+                            message,
+                            source,
+                        });
+                    }
+                }
+                other => other?,
+            }
+        }
+        Action::DeletePod { name, uid, .. }
+        | Action::DeleteStandby { name, uid, .. }
+        | Action::MovePodOff { name, uid, .. }
+        | Action::DeleteRetiringPod { name, uid, .. }
+        | Action::ForceDeletePod { name, uid, .. } => {
+            let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+            // A pod on a lost node: its kubelet never confirms, so only a grace period of
+            // 0 removes it (what `kubectl delete --force --grace-period=0` does).
+            let grace = matches!(action, Action::ForceDeletePod { .. }).then_some(0);
+            delete(
+                kube,
+                &api,
+                uid,
+                grace,
+                Op::new("delete", "pods", Some(namespace), Some(name)),
+            )
+            .await?
+        }
+        Action::CreatePod { pod, .. } => {
+            let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+            let op = Op::new(
+                "create",
+                "pods",
+                Some(namespace),
+                pod.metadata.name.as_deref(),
+            );
+            match create(kube, &api, pod.as_ref(), op).await {
+                // The namespace is being deleted: whatever was in it is going too.
+                Err(HostError::Api {
+                    code: 403, message, ..
+                }) if message.contains("being terminated") => ActionOutcome::NamespaceTerminating,
+                other => other?,
+            }
+        }
+        Action::DeleteService { name, uid, .. } => {
+            let api: Api<Service> = Api::namespaced(kube.client.clone(), namespace);
+            delete(
+                kube,
+                &api,
+                uid,
+                None,
+                Op::new("delete", "services", Some(namespace), Some(name)),
+            )
+            .await?
+        }
+        Action::RetirePod {
+            name,
+            why,
+            resource_version,
+        } => {
+            mark_retiring(
+                kube,
+                namespace,
+                name,
+                resource_version.as_deref(),
+                Some(why),
+            )
+            .await?
+        }
+        Action::WithdrawRetiring {
+            name,
+            resource_version,
+            ..
+        } => mark_retiring(kube, namespace, name, resource_version.as_deref(), None).await?,
+        Action::TakeOutOfRotation {
+            name,
+            why,
+            resource_version,
+        } => take_out_of_rotation(kube, namespace, name, why, resource_version.as_deref()).await?,
+        Action::ScaleReplicaSet {
+            name,
+            replicas,
+            surged_from,
+            retired,
+            undone,
+            resource_version,
+            ..
+        } => {
+            let api: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), namespace);
+            // null removes a record (JSON merge patch, RFC 7386).
+            let patch = serde_json::json!({
+                "metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": {
+                        surge::SURGED_FROM_ANNOTATION: surged_from.map(|n| n.to_string()),
+                        surge::SURGED_TO_ANNOTATION: surged_from.map(|_| replicas.to_string()),
+                        surge::RETIRED_ANNOTATION: (!retired.is_empty()).then(|| retired.join(",")),
+                        surge::SURGE_UNDONE_ANNOTATION: (*undone > 0).then(|| undone.to_string()),
+                    },
+                },
+                "spec": {"replicas": replicas},
+            });
+            merge_patch(
+                kube,
+                &api,
+                &patch,
+                Op::new("patch", "replicasets", Some(namespace), Some(name)),
+            )
+            .await?
+        }
+    })
 }
 
 /// Whether the Service `wanted` describes exists, made by another host, within a moment
@@ -296,6 +341,42 @@ async fn mark_retiring(
         Op::new("patch", "pods", Some(namespace), Some(name)),
     )
     .await
+}
+
+/// The pod's Ready condition set False through its status, as the node-lifecycle controller's
+/// `MarkPodsNotReady` does: a strategic merge patch, which merges the conditions by type and
+/// leaves the others as they are. The version it carries makes a pod changed since the
+/// decision refuse it.
+async fn take_out_of_rotation(
+    kube: &Kube,
+    namespace: &str,
+    name: &str,
+    why: &str,
+    resource_version: Option<&str>,
+) -> Result<ActionOutcome, HostError> {
+    let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"conditions": [{
+            "type": "Ready",
+            "status": "False",
+            "reason": "NodeSilent",
+            "message": format!("jumppod: {why}"),
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now(),
+        }]},
+    });
+    let op = Op::new("patch", "pods/status", Some(namespace), Some(name));
+    let params = PatchParams::default();
+    let patch = Patch::Strategic(&patch);
+    match kube
+        .retry(&op, || api.patch_status(name, &params, &patch))
+        .await
+    {
+        Ok(_) => Ok(ActionOutcome::Done),
+        Err(e) if is_not_found(&e) => Ok(ActionOutcome::AlreadyGone),
+        Err(e) if is_conflict(&e) => Ok(ActionOutcome::Stale),
+        Err(e) => Err(explain(&op, e)),
+    }
 }
 
 /// A JSON merge patch; a 404 (the pod or ReplicaSet gone meanwhile) is a success, a 409

@@ -312,12 +312,22 @@ pub struct RunArgs {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub reconcile_timeout: Duration,
     /// A node whose kubelet has not renewed the node's Lease (namespace kube-node-lease) for
-    /// this long is taken for lost: its jump pods are replaced elsewhere, long before the
-    /// node-lifecycle controller finds it lost (50 s) and evicts its pods (300 s). Kubelets renew
-    /// every 10 s; a shorter value replaces pods on a brief stall too. 0s: wait for the
-    /// node-lifecycle controller.
+    /// this long is silent: its jump pods get a replacement started beside them (a standby, a
+    /// surge), Ready by the time the node-lifecycle controller finds the node lost (50 s by
+    /// default), when the pods there go. Silence alone deletes nothing. Kubelets renew every
+    /// 10 s. 0s: start replacements only once the node-lifecycle controller finds the node lost.
     #[arg(long, default_value = "20s", value_parser = parse_duration_or_zero)]
     pub silent_node_after: Duration,
+    /// How many writes per second, across every project, may take a pod that may serve away
+    /// because of its node (a pod deleted off a lost node, a retiring pod scaled off). Writes
+    /// beyond it wait and are decided again. A bug or a wrong view of the nodes then takes a
+    /// few jump pods, not all of them.
+    #[arg(long, default_value_t = 0.2, value_parser = parse_rate)]
+    pub node_deletion_rate: f64,
+    /// How many such writes may go at once before --node-deletion-rate paces them: a drained
+    /// node's jump pods go together.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub node_deletion_burst: u32,
 }
 
 /// The policy module and its settings, as policy-server takes them.
@@ -458,6 +468,16 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
     match text.trim().trim_end_matches(['s', 'm', 'h']).parse::<f64>() {
         Ok(0.0) => Ok(Duration::ZERO),
         _ => parse_duration(text),
+    }
+}
+
+/// A rate per second: a finite number, 0 or more (0: the burst, then nothing).
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 0.0 => Ok(r),
+        _ => Err(format!(
+            "{text:?} is not a rate: give writes per second, 0 or more (e.g. 0.2)"
+        )),
     }
 }
 

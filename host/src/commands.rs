@@ -527,6 +527,8 @@ async fn run_controller(global: &Global, args: RunArgs) -> Result<(), HostError>
         backoff: std::time::Duration::from_millis(500),
         max_backoff: std::time::Duration::from_secs(300),
         silent_node_after: (!args.silent_node_after.is_zero()).then_some(args.silent_node_after),
+        node_deletion_rate: args.node_deletion_rate,
+        node_deletion_burst: args.node_deletion_burst,
     };
     controller::run(
         Clients { watch, write },

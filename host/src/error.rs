@@ -87,6 +87,16 @@ pub enum HostError {
         "cannot infer the Kubernetes configuration: set KUBECONFIG, pass --kubeconfig, or run in a pod"
     )]
     NoConfig(#[from] kube::config::InferConfigError),
+    /// Writes that would take serving pods away because of their node, deferred: the
+    /// destruction budget is spent. Decided again after a backoff.
+    #[error(
+        "{deferred} write(s) for a node deferred: the destruction budget (--node-deletion-rate {rate}/s, --node-deletion-burst {burst}) is spent; decided again shortly"
+    )]
+    BudgetSpent {
+        deferred: usize,
+        rate: f64,
+        burst: u32,
+    },
     /// `jumppod run`'s controller stopped (a panic in it; it does not stop otherwise).
     #[error("the controller stopped: {0}")]
     Controller(String),
@@ -132,6 +142,7 @@ impl HostError {
             | HostError::Kube(_)
             | HostError::NoConfig(_)
             | HostError::Controller(_)
+            | HostError::BudgetSpent { .. }
             | HostError::Encode { .. }
             | HostError::Write { .. } => exit::ERROR,
         }
@@ -151,6 +162,7 @@ impl HostError {
             HostError::GaveUp { .. } => "gaveUp",
             HostError::Client { .. } | HostError::Kube(_) | HostError::NoConfig(_) => "client",
             HostError::Controller(_) => "controller",
+            HostError::BudgetSpent { .. } => "budgetSpent",
             HostError::Untold { source, .. } => source.kind(),
             HostError::Encode { .. } | HostError::Write { .. } => "error",
         }

@@ -70,7 +70,8 @@ pub const RULES: &[Rule] = &[
 /// finished pods and old Services, recreates Services, surges a ReplicaSet whose pod's node goes
 /// away (patch: its replicas; the pod's retiring mark), makes a released dstack server's bare
 /// jump pod again under its name and a standby beside it (pods create; delete, with a grace
-/// period of 0 off a node found lost), writes the keys of the project's live jobs into the
+/// period of 0 off a node found lost), takes a pod on a silent node out of its Service's
+/// endpoints (pods/status patch: its Ready condition), writes the keys of the project's live jobs into the
 /// users' keys Secret (secrets get, create, patch: `<name>-authorized-keys` only, but RBAC
 /// cannot name objects for create), and reports through Events (events.k8s.io, written by
 /// `controller::events`: create, then patch for a repeated event's series). Nodes are watched
@@ -93,6 +94,12 @@ pub const CONTROLLER_RULES: &[Rule] = &[
         group: "",
         resource: "pods",
         verbs: &["list", "watch", "create", "delete", "patch"],
+        cluster: false,
+    },
+    Rule {
+        group: "",
+        resource: "pods/status",
+        verbs: &["patch"],
         cluster: false,
     },
     Rule {

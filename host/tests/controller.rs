@@ -1413,8 +1413,13 @@ async fn a_surge_decided_before_an_operators_scale_is_refused_and_their_count_st
     })
     .await;
     // Decided as if the pod's node were cordoned: mark it, surge to two.
-    let leaving =
-        std::collections::BTreeMap::from([(node, "is cordoned (spec.unschedulable)".to_owned())]);
+    let leaving = jumppod_plan::nodes::NodeTrouble {
+        leaving: std::collections::BTreeMap::from([(
+            node,
+            "is cordoned (spec.unschedulable)".to_owned(),
+        )]),
+        ..Default::default()
+    };
     let actions = jumppod_plan::surge::decide(&rs, std::slice::from_ref(&pod), &leaving);
     assert_eq!(actions.len(), 2, "{actions:?}");
 

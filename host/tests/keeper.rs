@@ -12,8 +12,9 @@ use jumppod_plan::objects::{annotation, is_active, is_ready};
 use jumppod_plan::refresh::DIGEST_ANNOTATION;
 use jumppod_testkit::cluster::{
     UserKind, admin, cluster_dir, evict, fresh_user, grant_controller, kubeconfig_of, namespace,
-    played_node, remove_played_nodes, typed, wait_for,
+    played_node, remove_played_nodes, typed, wait_for, wait_for_up_to,
 };
+use jumppod_testkit::proxy::SlowFront;
 use jumppod_testkit::run::{Controller, SMALL};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -36,6 +37,12 @@ struct Project {
 
 impl Project {
     async fn start(ns: &'static str) -> Project {
+        Project::start_as(ns, &fresh_user(UserKind::Plain), None).await
+    }
+
+    /// [`Project::start`], the controller running as `user`, and reaching the API server
+    /// through `front` if given.
+    async fn start_as(ns: &'static str, user: &str, front: Option<&SlowFront>) -> Project {
         let kube = admin().await;
         namespace(&kube, ns).await;
         for n in ["a", "b"] {
@@ -44,12 +51,19 @@ impl Project {
                 .taint(POOL, ns, "NoSchedule");
             played_node(&kube, ns, node.to_json()).await;
         }
-        let user = fresh_user(UserKind::Plain);
-        grant_controller(&kube, ns, &user).await;
+        grant_controller(&kube, ns, user).await;
         let template = cluster_dir().join(format!("keeper-{ns}.yaml"));
         std::fs::write(&template, SMALL).unwrap();
+        let kubeconfig = match front {
+            Some(front) => {
+                let path = cluster_dir().join(format!("keeper-{ns}-front.kubeconfig"));
+                front.write_kubeconfig(&path);
+                path
+            }
+            None => kubeconfig_of(user),
+        };
         let controller = Controller::watching(
-            &kubeconfig_of(&user),
+            &kubeconfig,
             ns,
             &template,
             RUST_LOG,
@@ -222,16 +236,38 @@ fn node_of(pod: &Pod) -> String {
         .unwrap_or_default()
 }
 
+/// `kubectl delete pod` is a person's decision, not a disruption (the pod carries no
+/// `DisruptionTarget` condition): the pod is not made again, as without jumppod, and dstack
+/// makes a new one at its next job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_bare_jump_pod_is_made_again_under_its_name_behind_the_same_service() {
+async fn a_bare_jump_pod_deleted_by_hand_is_not_made_again() {
     let project = Project::start("keep-deleted").await;
-    let (pod, svc) = project.dstack_made().await;
+    project.dstack_made().await;
     project
         .pods()
         .delete(&project.name, &DeleteParams::default())
         .await
         .unwrap();
-    project.kept(&pod, &svc).await;
+    let said = wait_for("the DeletedByHand Event", || async {
+        project.events("DeletedByHand").await.into_iter().next()
+    })
+    .await;
+    assert!(
+        project
+            .pods()
+            .get_opt(&project.name)
+            .await
+            .unwrap()
+            .is_none(),
+        "made again after a deletion by hand:\n{}",
+        project.controller.log()
+    );
+    assert!(
+        project.standbys().await.iter().all(|p| !is_active(p)),
+        "a standby stands in for a pod deleted by hand"
+    );
+    assert!(project.events("JumpPodRecreated").await.is_empty());
+    eprintln!("{}", said.note.unwrap_or_default());
     project.done().await;
 }
 
@@ -267,6 +303,80 @@ async fn a_bare_jump_pod_on_a_node_found_lost_is_force_deleted_and_made_again_on
         "{}",
         project.controller.log()
     );
+    project.done().await;
+}
+
+/// How long the front holds back the controller's watch of the nodes' Leases: past
+/// `--silent-node-after` (20 s), so that every node looks silent at once.
+const LEASE_WATCH_HELD: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn watches_node_leases(method: &http::Method, uri: &http::Uri) -> bool {
+    *method == http::Method::GET
+        && uri.path() == "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+        && uri.query().unwrap_or_default().contains("watch=true")
+}
+
+/// The controller's own watch of the nodes' Leases stalls for [`LEASE_WATCH_HELD`] (its list
+/// answered, its watch held back by a front of the API server, as a half-open connection holds
+/// it): by its clock every node goes silent at once while every kubelet renews its Lease.
+/// Taken for what it is, a fault of its view: nothing is made, deleted or taken out of
+/// rotation, a `NodesDisrupted` Event says why, and once the watch is back the pod is as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_lease_watch_makes_every_node_silent_at_once_and_nothing_is_done() {
+    let user = fresh_user(UserKind::Plain);
+    let front =
+        SlowFront::start(&kubeconfig_of(&user), watches_node_leases, LEASE_WATCH_HELD).await;
+    let project = Project::start_as("keep-stalled", &user, Some(&front)).await;
+    let (pod, _) = project.dstack_made().await;
+    let began = std::time::Instant::now();
+    let said = wait_for("the NodesDisrupted Event", || async {
+        let events = project.events("NodesDisrupted").await;
+        events.into_iter().next()
+    })
+    .await;
+    eprintln!(
+        "{:?} after the jump pod was Ready: {}",
+        began.elapsed(),
+        said.note.unwrap_or_default()
+    );
+    // The held watch goes on: the renewals it missed come at once, and no node is silent.
+    wait_for_up_to(
+        "the controller to see a node renew its Lease again",
+        LEASE_WATCH_HELD + std::time::Duration::from_secs(60),
+        || async {
+            project
+                .controller
+                .log()
+                .contains("the node renews its Lease again")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(front.held() >= 1, "no watch of the Leases was held back");
+    let now = project.pods().get(&project.name).await.unwrap();
+    assert_eq!(
+        now.metadata.uid, pod.metadata.uid,
+        "the jump pod was replaced"
+    );
+    assert!(
+        now.metadata.deletion_timestamp.is_none() && is_ready(&now),
+        "the jump pod was deleted or taken out of rotation: {:?}",
+        now.status
+    );
+    for reason in [
+        "StandbyCreated",
+        "TakenOutOfRotation",
+        "LostPodDeleted",
+        "JumpPodRecreated",
+    ] {
+        assert!(
+            project.events(reason).await.is_empty(),
+            "a {reason} Event while only the controller's view failed:\n{}",
+            project.controller.log()
+        );
+    }
+    assert!(project.standbys().await.is_empty(), "a standby was made");
+    drop(front);
     project.done().await;
 }
 

@@ -54,12 +54,15 @@ pub enum Action {
     /// Sets a ReplicaSet's replicas; `surged_from`: the count before a surge, recorded on it
     /// with `replicas` as the count the controller set (None: the record removed);
     /// `retired`: the uids of the retiring pods this scale is to remove, recorded on it (empty:
-    /// the record removed); `resource_version`: the ReplicaSet's as decided on.
+    /// the record removed); `undone`: how many surges in a row another writer of `replicas`
+    /// undid, recorded on it (0: the record removed); `resource_version`: the ReplicaSet's as
+    /// decided on.
     ScaleReplicaSet {
         name: String,
         replicas: i32,
         surged_from: Option<i32>,
         retired: Vec<String>,
+        undone: u32,
         resource_version: Option<String>,
         why: String,
     },
@@ -76,20 +79,44 @@ pub enum Action {
         uid: String,
         why: String,
     },
-    /// Deletes a jump pod on a node that stopped renewing its Lease, only if it still has this
-    /// uid, once its standby serves: a terminating pod is no longer a ready endpoint.
+    /// Deletes a ReplicaSet's pod on a node the cluster found lost, only if it still has this
+    /// uid: the ReplicaSet stops counting it and replaces it at once.
     MovePodOff {
         name: String,
         uid: String,
         why: String,
     },
     /// Deletes a pod at once (grace period 0), only if it still has this uid: a pod on a node
-    /// found lost, whose kubelet will never confirm a graceful deletion.
+    /// the cluster found lost, whose kubelet will never confirm a graceful deletion.
     ForceDeletePod {
         name: String,
         uid: String,
         why: String,
     },
+    /// Sets a pod's Ready condition False, as the node-lifecycle controller does for the pods
+    /// of a node it finds lost: the Service's endpoints drop it, its open connections stay,
+    /// and its kubelet, once it speaks, sets the condition back
+    /// ([`crate::rotation`]). `resource_version`: the pod's as decided on.
+    TakeOutOfRotation {
+        name: String,
+        why: String,
+        resource_version: Option<String>,
+    },
+}
+
+impl Action {
+    /// Whether this write takes away, because of its node, a pod that may still serve: a pod
+    /// deleted or force-deleted off a lost node, a retiring pod deleted or scaled off. These
+    /// count against the controller's destruction budget.
+    pub fn removes_for_a_node(&self) -> bool {
+        match self {
+            Action::MovePodOff { .. }
+            | Action::ForceDeletePod { .. }
+            | Action::DeleteRetiringPod { .. } => true,
+            Action::ScaleReplicaSet { retired, .. } => !retired.is_empty(),
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for Action {
@@ -135,6 +162,10 @@ impl fmt::Display for Action {
             Action::ForceDeletePod { name, why, .. } => {
                 write!(f, "force-delete pod {name} ({why})")
             }
+            Action::TakeOutOfRotation { name, why, .. } => write!(
+                f,
+                "take pod {name} out of the Service's endpoints, its connections kept ({why})"
+            ),
         }
     }
 }
@@ -194,6 +225,20 @@ pub enum Finding {
         configured_port: Option<i32>,
         signs: Vec<String>,
     },
+    /// Most nodes look silent or lost at once: taken for a fault of the controller's own view
+    /// or of the control plane, so nothing is done on that until fewer do.
+    NodesDisrupted { why: String },
+    /// A released dstack server's bare jump pod was deleted by hand, not disrupted: not made
+    /// again ([`crate::keeper::deleted_by_hand`]).
+    DeletedByHand { pod: String },
+    /// Another writer of the ReplicaSet's `replicas` (an autoscaler, a GitOps tool's self-heal)
+    /// undid the surge `times` in a row: the controller stops surging it.
+    /// `resume`: the command that surges it again.
+    SurgeUndone {
+        replicaset: String,
+        times: u32,
+        resume: String,
+    },
     /// The scheduler cannot place the pod.
     Unschedulable {
         pod: String,
@@ -229,6 +274,8 @@ impl Finding {
                 | Finding::Drift { .. }
                 | Finding::PortDiffers { .. }
                 | Finding::OlderServerFight { .. }
+                | Finding::NodesDisrupted { .. }
+                | Finding::SurgeUndone { .. }
         )
     }
 }
@@ -250,6 +297,22 @@ impl fmt::Display for Finding {
             Finding::LegacyPodRunning { pod, phase } => write!(
                 f,
                 "pre-#3891 pod {pod} is {phase}: left alone until it is gone (its SSH sessions keep working)"
+            ),
+            Finding::DeletedByHand { pod } => write!(
+                f,
+                "jump pod {pod} was deleted by hand (no DisruptionTarget condition, its node fine): not made again; dstack makes a new one at its next job"
+            ),
+            Finding::SurgeUndone {
+                replicaset,
+                times,
+                resume,
+            } => write!(
+                f,
+                "another writer of replicaset {replicaset}'s replicas (an autoscaler, a GitOps tool's self-heal) undid its surge {times} times in a row: it is no longer surged, so a pod on a node going away is not replaced before it goes; exclude its replicas from that writer, then `{resume}`"
+            ),
+            Finding::NodesDisrupted { why } => write!(
+                f,
+                "{why}: taken for a fault of this controller's view or of the control plane; no pod is replaced, deleted or scaled off because its node looks silent, not Ready or lost until fewer do"
             ),
             Finding::LegacyPodStranded { pod } => write!(
                 f,
@@ -430,6 +493,10 @@ enum ActionRecord<'a> {
         uid: &'a str,
         why: &'a str,
     },
+    TakeOutOfRotation {
+        name: &'a str,
+        why: &'a str,
+    },
 }
 
 /// A pod to create by its name, or its generated name's prefix.
@@ -491,6 +558,9 @@ impl Serialize for Action {
             Action::MovePodOff { name, uid, why } => ActionRecord::MovePodOff { name, uid, why },
             Action::ForceDeletePod { name, uid, why } => {
                 ActionRecord::ForceDeletePod { name, uid, why }
+            }
+            Action::TakeOutOfRotation { name, why, .. } => {
+                ActionRecord::TakeOutOfRotation { name, why }
             }
         };
         record.serialize(serializer)

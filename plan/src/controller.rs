@@ -10,9 +10,10 @@
 use crate::action::{Action, Finding};
 use crate::config::{ConfigError, RawConfig};
 use crate::manifest::Desired;
+use crate::nodes::NodeTrouble;
 use crate::objects::{is_ready, name_of, node_port};
 use crate::planner::{self, Observed};
-use crate::{grants, keeper, surge};
+use crate::{grants, keeper, rotation, surge};
 use jumppod::schema;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
@@ -132,7 +133,9 @@ pub fn observed<'a>(
         // Filled by the caller that watches nodes and remembers.
         leaving_nodes: BTreeMap::new(),
         silent_nodes: BTreeMap::new(),
+        not_ready_nodes: BTreeMap::new(),
         lost_nodes: BTreeMap::new(),
+        disruption: None,
         job_pods,
         remembered_pod: None,
     }
@@ -219,22 +222,55 @@ pub fn decide(
             | Action::CreatePod { .. }
             | Action::DeleteStandby { .. }
             | Action::MovePodOff { .. }
-            | Action::ForceDeletePod { .. } => true,
+            | Action::ForceDeletePod { .. }
+            | Action::TakeOutOfRotation { .. } => true,
         })
         .collect();
     let nodes = trouble(observed);
-    // Only a ReplicaSet of the current schema is surged (a foreign one is reported instead).
+    // Only a ReplicaSet of the current schema is surged (a foreign one is reported instead),
+    // and not one whose count another writer keeps undoing.
+    let mut fought = None;
     if let Some(rs) = &observed.replicaset
         && !plan
             .findings
             .iter()
             .any(|f| matches!(f, Finding::ForeignReplicaSet { .. }))
     {
-        actions.extend(surge::decide(rs, &observed.pods, &nodes.going()));
+        match surge::fought(rs) {
+            Some(times) => {
+                let replicaset = name_of(&rs.metadata).to_owned();
+                fought = Some(Finding::SurgeUndone {
+                    resume: format!(
+                        "kubectl annotate replicaset {replicaset} {}-",
+                        surge::SURGE_UNDONE_ANNOTATION
+                    ),
+                    replicaset,
+                    times,
+                })
+            }
+            None => actions.extend(surge::decide(rs, &observed.pods, &nodes)),
+        }
         actions.extend(off_lost_nodes(observed, &nodes));
     }
-    let remember = keeper::template(observed, observed.remembered_pod.as_ref());
-    if keeper::keeps(observed).is_ok() && remember.is_some() {
+    let kept = keeper::keeps(observed).is_ok();
+    // A ReplicaSet replaces its own pods: the bare pod it adopted or succeeded is forgotten, so
+    // that its old spec never comes back if the ReplicaSet goes.
+    let mut remember = match &observed.replicaset {
+        Some(_) => None,
+        None => keeper::template(observed, observed.remembered_pod.as_ref()),
+    };
+    let mut findings = plan.findings;
+    // Not while the view of the nodes is in doubt: a pod lost with its node is not a person's.
+    if kept
+        && observed.disruption.is_none()
+        && keeper::deleted_by_hand(observed, observed.remembered_pod.as_ref(), &nodes)
+    {
+        actions.extend(keeper::let_go(observed));
+        findings.push(Finding::DeletedByHand {
+            pod: key.name.clone(),
+        });
+        remember = None;
+    } else if kept && remember.is_some() {
         // The keeper deletes a finished bare pod itself, and makes it again.
         actions.retain(|a| !matches!(a, Action::DeletePod { .. }));
         actions.extend(keeper::decide(
@@ -245,10 +281,18 @@ pub fn decide(
             &config.contract,
         ));
     }
-    let state = state_of(observed, &plan.findings);
+    // A project jumppod looks after: its ReplicaSet, or its bare pod kept.
+    if kept || observed.replicaset.is_some() {
+        actions.extend(rotation::decide(&observed.pods, &nodes));
+    }
+    findings.extend(fought);
+    if let Some(why) = &observed.disruption {
+        findings.push(Finding::NodesDisrupted { why: why.clone() });
+    }
+    let state = state_of(observed, &findings);
     Ok(Decision {
         actions,
-        findings: plan.findings,
+        findings,
         state,
         remember,
         granted: grants::granted(&observed.job_pods),
@@ -256,10 +300,11 @@ pub fn decide(
 }
 
 /// The nodes of the project's pods that cannot be counted on.
-pub fn trouble(observed: &Observed) -> keeper::NodeTrouble {
-    keeper::NodeTrouble {
+pub fn trouble(observed: &Observed) -> NodeTrouble {
+    NodeTrouble {
         leaving: observed.leaving_nodes.clone(),
         silent: observed.silent_nodes.clone(),
+        not_ready: observed.not_ready_nodes.clone(),
         lost: observed.lost_nodes.clone(),
     }
 }
@@ -268,7 +313,7 @@ pub fn trouble(observed: &Observed) -> keeper::NodeTrouble {
 /// ReplicaSet controller counts it until the taint manager evicts it (300 s by default):
 /// deleted, it stops counting and is replaced at once. It stays terminating until its node
 /// answers or is removed.
-fn off_lost_nodes(observed: &Observed, nodes: &keeper::NodeTrouble) -> Vec<Action> {
+fn off_lost_nodes(observed: &Observed, nodes: &NodeTrouble) -> Vec<Action> {
     observed
         .pods
         .iter()
@@ -408,6 +453,9 @@ pub fn notes(findings: &[Finding]) -> Vec<Note> {
                 Finding::ForeignService { .. } => "ForeignService",
                 Finding::LegacyServiceKept { .. } => "LegacyServiceKept",
                 Finding::LegacyPodStranded { .. } => "LegacyPodStranded",
+                Finding::NodesDisrupted { .. } => "NodesDisrupted",
+                Finding::SurgeUndone { .. } => "SurgeUndone",
+                Finding::DeletedByHand { .. } => "DeletedByHand",
                 // Said by LegacyServiceKept, or the ReplicaSet controller's own events.
                 Finding::LegacyPodRunning { .. } | Finding::BarePodAdoptable { .. } => {
                     return None;
@@ -449,10 +497,20 @@ pub fn applied_note(action: &Action) -> Note {
         Action::CreatePod { pod, .. } if pod.metadata.name.is_some() => "JumpPodRecreated",
         Action::CreatePod { .. } => "StandbyCreated",
         Action::DeleteStandby { .. } => "StandbyDeleted",
-        Action::MovePodOff { .. } => "MovedOffSilentNode",
+        Action::MovePodOff { .. } => "MovedOffLostNode",
         Action::ForceDeletePod { .. } => "LostPodDeleted",
+        Action::TakeOutOfRotation { .. } => "TakenOutOfRotation",
     };
     note(Severity::Normal, reason, format!("{action}"))
+}
+
+/// The Event for a write the API refused (`error`: its answer, explained).
+pub fn refused_note(action: &Action, error: &str) -> Note {
+    note(
+        Severity::Warning,
+        "WriteRefused",
+        format!("{action}: refused: {error}"),
+    )
 }
 
 /// The NodePort of the Service as last seen, to tell when someone else changes it.
@@ -542,12 +600,24 @@ pub fn slim_pod(pod: &mut Pod) {
         .is_some()
             || crate::objects::annotation(&pod.metadata, keeper::STANDBY_ANNOTATION).is_some());
     if !whole {
-        // The node alone: the surge asks whether it is going away.
+        // The node, which the surge asks about, and the volumes of Secrets, which tell whether
+        // the pod mounts the users' keys (to be told of their change: `refresh`).
         pod.spec = pod
             .spec
             .take()
             .map(|spec| k8s_openapi::api::core::v1::PodSpec {
                 node_name: spec.node_name,
+                volumes: spec.volumes.map(|volumes| {
+                    volumes
+                        .into_iter()
+                        .filter(|v| {
+                            v.secret.is_some()
+                                || v.projected
+                                    .iter()
+                                    .any(|p| p.sources.iter().flatten().any(|s| s.secret.is_some()))
+                        })
+                        .collect()
+                }),
                 ..Default::default()
             });
         if let Some(a) = pod.metadata.annotations.as_mut() {

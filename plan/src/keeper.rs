@@ -15,20 +15,20 @@
 //! 3. keeps a *standby* beside it while it is not serving or about to stop: a copy under a
 //!    generated name, which the Service selects as well (it selects
 //!    `app.kubernetes.io/instance` alone), on another node. It is made as soon as the pod's node
-//!    is cordoned or tainted for removal, stops renewing its Lease, or the pod is terminating or
-//!    finished, and it goes once the named pod is back and Ready elsewhere;
-//! 4. on a node that stopped renewing its Lease, takes the pod out of the Service once the
-//!    standby is Ready, by deleting it (a terminating pod is not a ready endpoint: kube-proxy
-//!    sends it nothing while another is Ready), and force-deletes it once the node-lifecycle
-//!    controller has found the node lost, so that its name is free. The kubelet of a node that
-//!    comes back kills the containers of pods the API no longer has, and no Service sends it
-//!    anything meanwhile: the only fence relied on is the Service's endpoints.
+//!    is in any trouble ([`crate::nodes`]: cordoned or tainted for removal, silent, not Ready,
+//!    lost), or the pod is terminating or finished, and it goes once the named pod is back and
+//!    Ready on a node without trouble;
+//! 4. force-deletes the pod once the cluster has found its node lost (Ready Unknown, tainted
+//!    unreachable or out-of-service, or its Node gone), so that its name is free: no kubelet
+//!    there will confirm a deletion. A node merely silent or not Ready keeps its pod, as
+//!    Kubernetes would: the standby serves beside it meanwhile.
 //!
 //! It never fights dstack or an operator: without the Service the pod is dstack's to make (its
 //! creates do not tolerate 409), and `jumppod.io/keep: "false"` on the Service turns it off.
 
 use crate::action::Action;
-use crate::objects::{annotation, is_active, is_finished, is_ready, name_of};
+use crate::nodes::NodeTrouble;
+use crate::objects::{annotation, condition, is_active, is_finished, is_ready, name_of};
 use crate::planner::Observed;
 use jumppod::schema;
 use jumppod::settings::Contract;
@@ -48,37 +48,6 @@ pub const KEEP_ANNOTATION: &str = "jumppod.io/keep";
 /// must not stay off every node its ancestors left).
 pub const AVOIDS_ANNOTATION: &str = "jumppod.io/avoids";
 
-/// The nodes that cannot be counted on, and why.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeTrouble {
-    /// Going away: cordoned or tainted for removal ([`crate::surge::leaving`]).
-    pub leaving: BTreeMap<String, String>,
-    /// Silent: its kubelet has not renewed the node's Lease for a while. Likely lost, not yet
-    /// found so by the node-lifecycle controller.
-    pub silent: BTreeMap<String, String>,
-    /// Found lost by the node-lifecycle controller: its Ready condition is not True.
-    pub lost: BTreeMap<String, String>,
-}
-
-impl NodeTrouble {
-    /// Why `node` cannot be counted on, if it cannot.
-    pub fn of(&self, node: &str) -> Option<&String> {
-        self.lost
-            .get(node)
-            .or_else(|| self.silent.get(node))
-            .or_else(|| self.leaving.get(node))
-    }
-
-    /// The nodes a pod should be replaced off before it stops serving: going away, silent or
-    /// lost (what the surge reads as leaving).
-    pub fn going(&self) -> BTreeMap<String, String> {
-        let mut all = self.leaving.clone();
-        all.extend(self.silent.clone());
-        all.extend(self.lost.clone());
-        all
-    }
-}
-
 /// Whether the keeper acts for this project, and if not, why not.
 pub fn keeps(observed: &Observed) -> Result<(), &'static str> {
     if observed.replicaset.is_some() {
@@ -94,7 +63,7 @@ pub fn keeps(observed: &Observed) -> Result<(), &'static str> {
 }
 
 /// The spec to make the pod again from: the named pod's while it has one (the cache keeps the
-/// whole spec of a bare jump pod), else what was remembered, else a standby's.
+/// whole spec of a bare jump pod), else what was remembered, else an active standby's.
 pub fn template(observed: &Observed, remembered: Option<&Pod>) -> Option<Pod> {
     let with_spec = |p: &&Pod| p.spec.as_ref().is_some_and(|s| !s.containers.is_empty());
     observed
@@ -102,8 +71,41 @@ pub fn template(observed: &Observed, remembered: Option<&Pod>) -> Option<Pod> {
         .as_ref()
         .filter(with_spec)
         .or(remembered)
-        .or_else(|| standbys(observed).find(with_spec))
+        .or_else(|| standbys(observed).filter(|p| is_active(p)).find(with_spec))
         .cloned()
+}
+
+/// Whether the named pod went by a person's hand (`kubectl delete pod`): gone, and as last
+/// seen (`remembered`) it bore no sign of a disruption. Kubernetes marks each pod it takes
+/// away for one with the condition `DisruptionTarget` (the Eviction API, so `kubectl drain`;
+/// preemption; the taint manager; PodGC; the kubelet's node-pressure eviction, which also
+/// finishes it: PodDisruptionConditions, GA in 1.31), and a pod whose node is in trouble is
+/// taken away with it. A person's deletion is their decision: the pod is not made again, and
+/// dstack makes a new one at its next job, as without jumppod.
+pub fn deleted_by_hand(observed: &Observed, remembered: Option<&Pod>, nodes: &NodeTrouble) -> bool {
+    observed.bare_pod.is_none() && remembered.is_some_and(|last| undisrupted(last, nodes))
+}
+
+/// Whether `pod` bears no sign of a disruption: no `DisruptionTarget` condition, not finished,
+/// its node in no trouble.
+fn undisrupted(pod: &Pod, nodes: &NodeTrouble) -> bool {
+    let disrupted =
+        condition(pod, "DisruptionTarget").is_some_and(|(status, _, _)| status == "True");
+    !disrupted && !is_finished(pod) && node_of(pod).is_none_or(|n| nodes.of(n).is_none())
+}
+
+/// What the keeper writes once the named pod went by a person's hand: its standbys go too, so
+/// that nothing of jumppod's stands in for it.
+pub fn let_go(observed: &Observed) -> Vec<Action> {
+    standbys(observed)
+        .filter(|p| is_active(p))
+        .map(|p| {
+            delete_standby(
+                p,
+                "the jump pod was deleted by hand: it is dstack's to make again",
+            )
+        })
+        .collect()
 }
 
 /// The standbys among the project's pods.
@@ -162,9 +164,11 @@ pub fn decide(
         let why = match named {
             None => Some("the jump pod is gone".to_owned()),
             Some(p) if is_finished(p) => Some("the jump pod has finished".to_owned()),
-            Some(p) if p.metadata.deletion_timestamp.is_some() => {
+            // Deleted by hand, it is not stood in for: see `deleted_by_hand`.
+            Some(p) if p.metadata.deletion_timestamp.is_some() && !undisrupted(p, nodes) => {
                 Some("the jump pod is terminating".to_owned())
             }
+            Some(p) if p.metadata.deletion_timestamp.is_some() => None,
             Some(p) => troubled(node_of(p))
                 .map(|why| format!("its node {} {why}", node_of(p).unwrap_or_default())),
         };
@@ -175,7 +179,6 @@ pub fn decide(
             });
         }
     }
-    let standby_ready = active.iter().any(|p| is_ready(p));
 
     // The named pod itself.
     match named {
@@ -193,23 +196,14 @@ pub fn decide(
         }),
         Some(pod) => {
             let node = node_of(pod).unwrap_or_default();
+            // Only on the cluster's proof: no kubelet there will confirm a deletion, so the
+            // name stays taken until the pod is force-deleted. No Service sends a terminating
+            // pod anything.
             if let Some(why) = nodes.lost.get(node) {
-                // The kubelet will never confirm the deletion: the name stays taken until the
-                // pod is force-deleted. No Service sends it anything once it is terminating.
                 actions.push(Action::ForceDeletePod {
                     name: name_of(&pod.metadata).to_owned(),
                     uid: uid(pod),
                     why: format!("its node {node} {why}; it is made again elsewhere"),
-                });
-            } else if let Some(why) = nodes.silent.get(node)
-                && pod.metadata.deletion_timestamp.is_none()
-                && standby_ready
-            {
-                // Likely lost: out of the Service's endpoints while the standby serves.
-                actions.push(Action::MovePodOff {
-                    name: name_of(&pod.metadata).to_owned(),
-                    uid: uid(pod),
-                    why: format!("its node {node} {why}; its standby serves"),
                 });
             }
         }
@@ -239,8 +233,8 @@ pub enum Copy {
 }
 
 /// The pod to create from `template`, off `avoid` (a node going away or lost). What the API
-/// server or a node filled in is left out: the node, the status, the uid and versions, the
-/// service account token volume (the ServiceAccount admission plugin adds it again), and the
+/// server, a node or `kubectl debug` filled in is left out: the node, the status, the uid and
+/// versions, the ephemeral containers, the service account token volume (the ServiceAccount admission plugin adds it again), and the
 /// priority (the Priority admission plugin computes it from the class). What the policy fills
 /// in at a jump pod's creation (resources, labels, the kit) is filled in under `contract`, so a
 /// copy of a pod the policy never saw has it too.
@@ -276,6 +270,8 @@ pub fn copy(
     }
     spec.node_name = None;
     spec.priority = None;
+    // `kubectl debug` adds these to a running pod; the API refuses a pod created with them.
+    spec.ephemeral_containers = None;
     let token = |v: &str| v.starts_with("kube-api-access-");
     if let Some(volumes) = spec.volumes.as_mut() {
         volumes.retain(|v| !token(&v.name));

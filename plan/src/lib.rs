@@ -15,6 +15,8 @@
 //! - [`keys`]: the Secret of users' keys: the one write a change needs;
 //! - [`grants`]: the keys dstack granted to live jobs, read from their pods, kept in that Secret;
 //! - [`refresh`]: the running pods told of that Secret's change, so that their kubelet remounts it;
+//! - [`nodes`]: the nodes in trouble, by how sure the cluster is, and what each kind allows;
+//! - [`rotation`]: a pod on a silent node taken out of its Service's endpoints, not deleted;
 //! - [`surge`]: a pod on a node going away replaced before it goes;
 //! - [`keeper`]: a released dstack server's bare jump pod made again under its name, and its standby;
 //! - [`controller`]: `jumppod run`'s decisions per project;
@@ -30,10 +32,12 @@ pub mod keeper;
 pub mod keys;
 pub mod lease;
 pub mod manifest;
+pub mod nodes;
 pub mod objects;
 pub mod planner;
 pub mod public_key;
 pub mod refresh;
+pub mod rotation;
 pub mod surge;
 
 pub use config::{Config, RawConfig};

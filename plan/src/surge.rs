@@ -19,7 +19,8 @@
 //!    kube-proxy takes to learn of it;
 //! 3. a retiring pod still active once the ReplicaSet has no surplus left was kept by that
 //!    ranking (the gate off, or the replacement not Ready at that moment): it is deleted by
-//!    its uid, and the ReplicaSet replaces it while it hands over. Surging again would end
+//!    its uid while another pod is Ready, and the ReplicaSet replaces it while it hands over.
+//!    The only pod left serves on until its node's drain evicts it. Surging again would end
 //!    the same way;
 //! 4. if the retiring pods went another way (a drain evicted them first), the ReplicaSet goes
 //!    back once as many pods are Ready as before: a drain that evicts at once makes a
@@ -30,7 +31,11 @@
 //!    keeps its sessions, and the ReplicaSet goes back, removing the replacement that is not
 //!    Ready;
 //! 6. a count on the ReplicaSet other than the one the controller set is someone else's (a
-//!    `kubectl scale` during the surge): the record is dropped and that count is the new base.
+//!    `kubectl scale` during the surge): the record is dropped and that count is the new base;
+//! 7. a pod on a node in doubt (silent, not Ready: [`crate::nodes`]) gets a replacement too,
+//!    but no mark, and nothing is scaled back while any node is in doubt: once the cluster
+//!    finds the node lost its pod goes as in 1-2, and once the node is back the surplus goes,
+//!    the ReplicaSet controller choosing the pod Ready the shortest time.
 //!
 //! Every write carries the resourceVersion of the object it was decided on: an object changed
 //! meanwhile refuses it (409 Conflict), and the change it saw makes the controller decide
@@ -44,6 +49,7 @@
 //! keeps accepting until the replacement the eviction caused is Ready.
 
 use crate::action::Action;
+use crate::nodes::NodeTrouble;
 use crate::objects::{annotation, is_active, is_ready, name_of};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -59,6 +65,26 @@ pub const SURGED_TO_ANNOTATION: &str = "jumppod.io/surged-to";
 /// On a ReplicaSet the controller scaled back: the uids of the retiring pods that scale was
 /// to remove (comma-separated), kept until the next surge.
 pub const RETIRED_ANNOTATION: &str = "jumppod.io/retired";
+/// On a ReplicaSet the controller surged: how many surges in a row another writer of its
+/// `replicas` undid. Removed when a surge ends as planned.
+pub const SURGE_UNDONE_ANNOTATION: &str = "jumppod.io/surge-undone";
+/// Undone this many times in a row, a ReplicaSet is surged no more: its count is another
+/// writer's (an autoscaler, a GitOps tool's self-heal), and a fight with it would never end.
+pub const UNDONE_AT_MOST: u32 = 2;
+
+/// How many times in a row another writer undid the surge of `rs`, once that is
+/// [`UNDONE_AT_MOST`] or more: then it is surged no more.
+pub fn fought(rs: &ReplicaSet) -> Option<u32> {
+    undone(rs).filter(|n| *n >= UNDONE_AT_MOST)
+}
+
+fn undone(rs: &ReplicaSet) -> Option<u32> {
+    annotation(&rs.metadata, SURGE_UNDONE_ANNOTATION)?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// The ReplicaSet controller deletes pods of a lower cost first when it scales down
 /// (Kubernetes' PodDeletionCost, on by default since 1.22).
 pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
@@ -152,9 +178,12 @@ fn surge_for(retiring: usize, base: i32) -> i32 {
         .min(base.saturating_mul(2))
 }
 
-/// What the controller writes so that the pods of `rs` on nodes going away (`leaving`: node
-/// name, why) are replaced before they go.
-pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>) -> Vec<Action> {
+/// What the controller writes so that the pods of `rs` on nodes in trouble are replaced before
+/// they go. A pod on a node leaving or lost is marked retiring and scaled off once its
+/// replacement is Ready; one on a node in doubt (silent, not Ready) only gets its replacement:
+/// nothing is scaled back while a node is in doubt, and once it is not, the surplus goes as
+/// after any surge (the ReplicaSet controller removes the pod Ready the shortest time).
+pub fn decide(rs: &ReplicaSet, pods: &[Pod], nodes: &NodeTrouble) -> Vec<Action> {
     let name = name_of(&rs.metadata);
     let rs_version = rs.metadata.resource_version.clone();
     let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
@@ -164,37 +193,46 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>)
         .flatten()
         .filter(|r| r.to == replicas && r.to > r.from);
     let base = ours.map_or(replicas, |r| r.from);
+    let foreign = record.is_some() && ours.is_none();
+    let undone_before = undone(rs).unwrap_or(0);
+    // A surge ended as planned forgets the surges undone before it; one undone counts.
     let scale = |replicas: i32, surged_from: Option<i32>, retired: Vec<String>, why: String| {
+        let undone = match (surged_from, foreign) {
+            (Some(_), true) => undone_before + 1,
+            (Some(_), false) => undone_before,
+            (None, _) => 0,
+        };
         Action::ScaleReplicaSet {
             name: name.to_owned(),
             replicas,
             surged_from,
             retired,
+            undone,
             resource_version: rs_version.clone(),
             why,
         }
     };
-    let foreign = record.is_some() && ours.is_none();
-    let dropped = || {
-        scale(
-            replicas,
-            None,
-            Vec::new(),
-            format!(
-                "its replicas were set to {replicas} by someone else during the surge: the count is theirs, the surge's record is dropped"
-            ),
-        )
+    let dropped = |undone: u32| Action::ScaleReplicaSet {
+        name: name.to_owned(),
+        replicas,
+        surged_from: None,
+        retired: Vec::new(),
+        undone,
+        resource_version: rs_version.clone(),
+        why: format!(
+            "its replicas were set to {replicas} by someone else during the surge: the count is theirs, the surge's record is dropped"
+        ),
     };
     if base == 0 {
         // Scaled to zero on purpose: nothing serves, nothing to replace.
         return if record.is_some() {
-            vec![dropped()]
+            vec![dropped(0)]
         } else {
             Vec::new()
         };
     }
 
-    let pods = Sorted::of(pods, leaving, base);
+    let pods = Sorted::of(pods, nodes, base);
     let mut actions: Vec<Action> = pods.withdrawn.iter().map(|p| withdraw(p)).collect();
     actions.extend(pods.to_mark.iter().map(|(p, why)| Action::RetirePod {
         name: name_of(&p.metadata).to_owned(),
@@ -218,8 +256,10 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>)
         })
         .collect();
     if record.is_none() && !kept.is_empty() {
-        // Once the ReplicaSet has no surplus left, it chose another pod over them.
-        if pods.active <= usize::try_from(replicas).unwrap_or(0) {
+        // Once the ReplicaSet has no surplus left, it chose another pod over them; they go only
+        // while another pod is Ready (make before break). Alone, one serves on until its node's
+        // drain evicts it, as without jumppod.
+        if pods.active <= usize::try_from(replicas).unwrap_or(0) && pods.ready > 0 {
             actions.extend(kept.iter().map(|p| Action::DeleteRetiringPod {
                 name: name_of(&p.metadata).to_owned(),
                 uid: p.metadata.uid.clone().unwrap_or_default(),
@@ -232,11 +272,14 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>)
     let retiring = pods.marked.len() + pods.to_mark.len();
     let priced = pods.to_mark.is_empty();
     let ready = i32::try_from(pods.ready).unwrap_or(i32::MAX);
-    if retiring > 0 {
+    let wanted = retiring + pods.doubted;
+    if wanted > 0 {
         if ready >= base {
             // Back only once every retiring pod has the lowest cost (this round's marks are
-            // written before the scale, but the cache shows them only on the next reconcile).
-            if priced {
+            // written before the scale, but the cache shows them only on the next reconcile),
+            // and no node is in doubt: a pod there may be serving, and stays until the
+            // cluster decides.
+            if priced && pods.doubted == 0 {
                 let uids = pods
                     .marked
                     .iter()
@@ -245,21 +288,24 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>)
                 let why = "the replacement is Ready: the retiring pod goes".to_owned();
                 actions.push(scale(base, None, uids, why));
             }
+        } else if foreign && undone_before + 1 >= UNDONE_AT_MOST {
+            // Undone again: their count stays, and the surge stops here.
+            let mut stop = dropped(undone_before + 1);
+            if let Action::ScaleReplicaSet { why, .. } = &mut stop {
+                why.push_str(&format!(
+                    "; undone {} times in a row, it is surged no more",
+                    undone_before + 1
+                ));
+            }
+            actions.push(stop);
         } else {
-            let target = base + surge_for(retiring, base);
+            let target = base + surge_for(wanted, base);
             if ours.is_none_or(|r| r.to != target) {
-                let why = if retiring == 1 {
-                    "a replacement starts before the retiring pod goes".to_owned()
-                } else {
-                    format!(
-                        "replacements start before the {retiring} retiring pods go (one each, at most twice its count)"
-                    )
-                };
-                actions.push(scale(target, Some(base), Vec::new(), why));
+                actions.push(scale(target, Some(base), Vec::new(), surge_why(&pods)));
             }
         }
     } else if foreign {
-        actions.push(dropped());
+        actions.push(dropped(0));
     } else if ours.is_some() {
         // Without a retiring pod the surplus is removed once as many pods are Ready as
         // before, so that the ReplicaSet controller removes the ones not Ready yet.
@@ -275,6 +321,24 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], leaving: &BTreeMap<String, String>)
     actions
 }
 
+/// Why the ReplicaSet surges: the pods it replaces, retiring or on a node in doubt.
+fn surge_why(pods: &Sorted) -> String {
+    let retiring = pods.marked.len() + pods.to_mark.len();
+    match (retiring, pods.doubted) {
+        (1, 0) => "a replacement starts before the retiring pod goes".to_owned(),
+        (n, 0) => format!(
+            "replacements start before the {n} retiring pods go (one each, at most twice its count)"
+        ),
+        (0, 1) => "a replacement starts beside the pod on a node in doubt".to_owned(),
+        (0, d) => format!(
+            "replacements start beside the {d} pods on nodes in doubt (one each, at most twice its count)"
+        ),
+        (r, d) => format!(
+            "replacements start for {r} retiring pods and {d} on nodes in doubt (one each, at most twice its count)"
+        ),
+    }
+}
+
 /// The active pods of a ReplicaSet, sorted by what the surge does with them.
 struct Sorted<'a> {
     active: usize,
@@ -282,19 +346,23 @@ struct Sorted<'a> {
     marked: Vec<&'a Pod>,
     /// To be marked retiring (or marked by hand and to get the lowest cost), and why.
     to_mark: Vec<(&'a Pod, String)>,
-    /// Marked because of a node that is staying after all, with no replacement Ready yet.
+    /// Marked because of a node that is staying after all (with no replacement Ready yet), or
+    /// whose node is only in doubt now.
     withdrawn: Vec<&'a Pod>,
-    /// Ready, not retiring, on a node that is staying.
+    /// On a node in doubt (silent, not Ready): each gets a replacement, and stays.
+    doubted: usize,
+    /// Ready, not retiring, on a node without trouble.
     ready: usize,
 }
 
 impl<'a> Sorted<'a> {
-    fn of(pods: &'a [Pod], leaving: &BTreeMap<String, String>, base: i32) -> Sorted<'a> {
+    fn of(pods: &'a [Pod], nodes: &NodeTrouble, base: i32) -> Sorted<'a> {
         let mut sorted = Sorted {
             active: 0,
             marked: Vec::new(),
             to_mark: Vec::new(),
             withdrawn: Vec::new(),
+            doubted: 0,
             ready: 0,
         };
         // Marks of a node that is staying: withdrawn unless a replacement is Ready.
@@ -302,10 +370,16 @@ impl<'a> Sorted<'a> {
         for pod in pods.iter().filter(|p| is_active(p)) {
             sorted.active += 1;
             let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            let going = node.and_then(|n| leaving.get(n).map(|why| (n, why)));
+            let going = node.and_then(|n| nodes.breaking(n).map(|why| (n, why)));
+            let doubt = node.and_then(|n| nodes.doubt(n));
             if let Some(mark) = annotation(&pod.metadata, RETIRING_ANNOTATION) {
                 if going.is_none() && node.is_some_and(|n| is_node_mark(mark, n)) {
-                    staying.push(pod);
+                    if doubt.is_some() {
+                        sorted.doubted += 1;
+                        sorted.withdrawn.push(pod);
+                    } else {
+                        staying.push(pod);
+                    }
                 } else if annotation(&pod.metadata, DELETION_COST_ANNOTATION) != Some(RETIRING_COST)
                 {
                     // Marked by hand, without the cost: without it the ReplicaSet would
@@ -321,13 +395,16 @@ impl<'a> Sorted<'a> {
                 if is_ready(pod) {
                     sorted.to_mark.push((pod, node_mark(node, why)));
                 }
+            } else if doubt.is_some() {
+                // Serving or not, it may be back in a moment: Kubernetes alone would keep it.
+                sorted.doubted += 1;
             } else if is_ready(pod) {
                 sorted.ready += 1;
             }
         }
         if i32::try_from(sorted.ready).unwrap_or(i32::MAX) < base {
             sorted.ready += staying.iter().filter(|p| is_ready(p)).count();
-            sorted.withdrawn = staying;
+            sorted.withdrawn.extend(staying);
         } else {
             // A replacement is Ready: the swap is as good as done, and goes on.
             sorted.marked.extend(staying);
@@ -344,13 +421,13 @@ fn withdraw(pod: &Pod) -> Action {
         .unwrap_or_default();
     Action::WithdrawRetiring {
         name: name_of(&pod.metadata).to_owned(),
-        why: format!("its node {node} is staying and no replacement is Ready yet"),
+        why: format!("its node {node} is not leaving or lost, and no replacement took its place"),
         resource_version: pod.metadata.resource_version.clone(),
     }
 }
 
 /// The address to give jobs for the NodePort when `hostname` is not configured: the
-/// ExternalIP of a node that is staying, the first of `preferred` (the nodes of the Ready jump
+/// ExternalIP of a node that is staying and Ready, the first of `preferred` (the nodes of the Ready jump
 /// pods, newest first) that has one, else of any node that is staying. A job keeps that
 /// address for its whole life, so a node going away is given only when no other has an
 /// ExternalIP.
@@ -365,7 +442,10 @@ pub fn job_address(preferred: &[&str], nodes: &[Node]) -> Option<String> {
         let Some(ip) = external_ip(node) else {
             continue;
         };
-        if leaving(node).is_none() {
+        let troubled = leaving(node)
+            .or_else(|| crate::nodes::lost(node))
+            .or_else(|| crate::nodes::not_ready(node));
+        if troubled.is_none() {
             return Some(ip);
         }
         fallback.get_or_insert(ip);

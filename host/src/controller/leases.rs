@@ -6,8 +6,11 @@
 //!
 //! A renewal is dated by this controller's clock when the watch shows it, not by the time the
 //! kubelet wrote into it, as the node-lifecycle controller does (its `probeTimestamp`): two
-//! machines' clocks need not agree.
+//! machines' clocks need not agree. So silence counts only while the watch is whole: its first
+//! list is part of the sync gate, and from an error or a new list until the watch is back,
+//! nothing is silent; then every Lease is dated anew, as at the start.
 
+use super::synced::{Synced, Watch};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -18,6 +21,8 @@ use std::time::{Duration, Instant};
 
 /// Where the kubelets keep their nodes' Leases.
 pub(super) const NAMESPACE: &str = "kube-node-lease";
+/// The watch of those Leases, as the sync gate names it.
+pub(super) const WATCH: &str = "node leases";
 
 /// When each node's Lease was last seen renewed, and which nodes are silent.
 #[derive(Default)]
@@ -32,6 +37,8 @@ struct State {
     renewed: HashMap<String, (Option<String>, Instant)>,
     /// The nodes found silent.
     silent: BTreeSet<String>,
+    /// Whether the watch is not whole (an error, a list under way): nothing is silent then.
+    stale: bool,
 }
 
 impl Silence {
@@ -40,6 +47,9 @@ impl Silence {
     /// an Event per reconcile.
     pub(super) fn silent(&self) -> BTreeMap<String, String> {
         let state = self.lock();
+        if state.stale {
+            return BTreeMap::new();
+        }
         let why = format!(
             "has not renewed its Lease for {} s or more (its kubelet is silent)",
             self.after.as_secs()
@@ -86,10 +96,36 @@ impl Silence {
         state.silent.remove(node).then(|| node.to_owned())
     }
 
+    /// The watch failed or lists again: what it showed may be behind.
+    fn behind(&self) {
+        self.lock().stale = true;
+    }
+
+    /// The watch is whole again: every Lease is dated now, and the nodes silent before are
+    /// named, since they are no longer.
+    fn caught_up(&self, now: Instant) -> Vec<String> {
+        let mut state = self.lock();
+        if !state.stale {
+            return Vec::new();
+        }
+        state.stale = false;
+        for (_, at) in state.renewed.values_mut() {
+            *at = now;
+        }
+        std::mem::take(&mut state.silent).into_iter().collect()
+    }
+
     /// The nodes that went silent since the last look.
     fn newly_silent(&self, now: Instant) -> Vec<String> {
         let mut state = self.lock();
-        let State { renewed, silent } = &mut *state;
+        let State {
+            renewed,
+            silent,
+            stale,
+        } = &mut *state;
+        if *stale {
+            return Vec::new();
+        }
         let mut found = Vec::new();
         for (node, (_, at)) in renewed.iter() {
             if now.duration_since(*at) >= self.after && silent.insert(node.clone()) {
@@ -119,32 +155,60 @@ pub(super) async fn may_watch(client: &Client) -> bool {
 pub(super) fn start(
     client: &Client,
     after: Duration,
+    synced: Synced,
 ) -> (
     Arc<Silence>,
     impl Stream<Item = Result<Vec<String>, watcher::Error>> + Send + Unpin + use<>,
 ) {
     let silence = Arc::new(Silence {
         after,
-        ..Silence::default()
+        state: Mutex::new(State {
+            stale: true,
+            ..State::default()
+        }),
     });
     let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let watch = Watch {
+        kind: WATCH,
+        namespace: None,
+    };
     let watched = {
         let silence = silence.clone();
         watcher(api, watcher::Config::default().page_size(100))
             .default_backoff()
             .map(move |event| {
                 let now = Instant::now();
-                event.map(|event| match event {
-                    watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
-                        silence.seen(&lease, now).into_iter().collect()
+                let event = match event {
+                    Ok(event) => event,
+                    Err(e) => {
+                        silence.behind();
+                        return Err(e);
                     }
-                    watcher::Event::Delete(lease) => lease
-                        .metadata
-                        .name
-                        .and_then(|n| silence.forget(&n))
-                        .into_iter()
-                        .collect(),
-                    watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
+                };
+                Ok(match event {
+                    watcher::Event::Init => {
+                        silence.behind();
+                        synced.listing(&watch);
+                        Vec::new()
+                    }
+                    watcher::Event::InitApply(lease) => {
+                        silence.seen(&lease, now);
+                        Vec::new()
+                    }
+                    watcher::Event::InitDone => {
+                        synced.listed(&watch);
+                        silence.caught_up(now)
+                    }
+                    watcher::Event::Apply(lease) => {
+                        let mut back = silence.caught_up(now);
+                        back.extend(silence.seen(&lease, now));
+                        back
+                    }
+                    watcher::Event::Delete(lease) => {
+                        let mut back = silence.caught_up(now);
+                        back.extend(lease.metadata.name.and_then(|n| silence.forget(&n)));
+                        back
+                    }
                 })
             })
     };
@@ -204,6 +268,37 @@ mod tests {
             silence.silent()["a"],
             "has not renewed its Lease for 20 s or more (its kubelet is silent)"
         );
+    }
+
+    #[test]
+    fn while_the_watch_is_behind_no_node_is_silent_and_after_it_every_lease_is_dated_anew() {
+        let silence = silence(20);
+        let t0 = Instant::now();
+        silence.seen(&lease("a", "2026-12-05T00:00:00.000000Z"), t0);
+        silence.seen(&lease("b", "2026-12-05T00:00:00.000000Z"), t0);
+        assert_eq!(silence.newly_silent(t0 + Duration::from_secs(20)).len(), 2);
+        // The watch fails: what it showed may be behind, so nothing counts as silent.
+        silence.behind();
+        assert!(silence.silent().is_empty());
+        assert!(
+            silence
+                .newly_silent(t0 + Duration::from_secs(60))
+                .is_empty()
+        );
+        // Back: the nodes silent before are named (no longer silent), and silence is counted
+        // again from now.
+        let back = t0 + Duration::from_secs(61);
+        assert_eq!(silence.caught_up(back), ["a", "b"]);
+        assert!(
+            silence
+                .newly_silent(back + Duration::from_secs(19))
+                .is_empty()
+        );
+        assert_eq!(
+            silence.newly_silent(back + Duration::from_secs(20)).len(),
+            2
+        );
+        assert!(silence.caught_up(back).is_empty(), "caught up once");
     }
 
     #[test]

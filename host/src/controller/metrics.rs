@@ -52,6 +52,8 @@ pub struct Metrics {
     pub duration: Histogram,
     pub projects: Family<StateLabel, Gauge>,
     pub leader: Gauge,
+    pub deferred: Counter,
+    pub disrupted: Gauge,
     role: AtomicU8,
 }
 
@@ -99,6 +101,18 @@ impl Metrics {
             "1 while this replica leads (writes), 0 while it stands by",
             leader.clone(),
         );
+        let deferred = Counter::default();
+        registry.register(
+            "node_deletions_deferred",
+            "Writes that would take a pod away for its node, deferred because the destruction budget (--node-deletion-rate) was spent",
+            deferred.clone(),
+        );
+        let disrupted = Gauge::default();
+        registry.register(
+            "nodes_disrupted",
+            "1 while most nodes look silent, not Ready or lost at once, so that the controller acts on none of it",
+            disrupted.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -107,6 +121,8 @@ impl Metrics {
             duration,
             projects,
             leader,
+            deferred,
+            disrupted,
             role: AtomicU8::new(Role::Starting as u8),
         }
     }

@@ -9,6 +9,7 @@
 //! pass a [`Fence`] that closes at the renew deadline by its own clock.
 
 mod access;
+mod budget;
 mod events;
 mod lease;
 mod leases;
@@ -62,9 +63,14 @@ pub struct Options {
     /// First retry delay of a failing project; doubles up to `max_backoff`, with jitter.
     pub backoff: Duration,
     pub max_backoff: Duration,
-    /// A node whose Lease is not renewed for this long is silent: its jump pod is replaced
-    /// before the node-lifecycle controller finds it lost. None: only once it does.
+    /// A node whose Lease is not renewed for this long is silent: its jump pod gets a
+    /// replacement beside it before the node-lifecycle controller finds it lost. None: only
+    /// once it does.
     pub silent_node_after: Option<Duration>,
+    /// The destruction budget: writes that take serving pods away for their node, per second
+    /// across every project, and at once.
+    pub node_deletion_rate: f64,
+    pub node_deletion_burst: u32,
 }
 
 /// The two clients: `watch` with a watch's read timeout, `write` with the per-request one.
@@ -339,6 +345,11 @@ async fn control(
         template: options.template.clone(),
         metrics,
         timeout: options.reconcile_timeout,
+        budget: budget::Budget::new(
+            options.node_deletion_rate,
+            options.node_deletion_burst,
+            std::time::Instant::now(),
+        ),
     });
     tokio::join!(
         forward,

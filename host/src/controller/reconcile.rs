@@ -1,12 +1,14 @@
 //! One project's reconcile: observe (the caches), decide ([`jumppod_plan::controller`]), write
 //! ([`crate::apply`]), tell (Events, once per situation).
 
+use super::budget::Budget;
 use super::events;
 use super::metrics::{ActionLabel, Metrics, ResultLabel};
 use super::watches::Caches;
 use crate::api::{Kube, Op, explain};
-use crate::apply::{ActionOutcome, apply};
+use crate::apply::{ActionOutcome, apply_each};
 use crate::error::HostError;
+use jumppod_plan::action::Action;
 use jumppod_plan::config::RawConfig;
 use jumppod_plan::controller::{self as decisions, Note, ProjectKey, SeenPort, Severity, State};
 use jumppod_plan::planner::Observed;
@@ -37,6 +39,8 @@ pub(super) struct Context {
     pub(super) template: RawConfig,
     pub(super) metrics: Arc<Metrics>,
     pub(super) timeout: Duration,
+    /// How fast pods may be taken away for their node, across every project.
+    pub(super) budget: Budget,
 }
 
 /// One project: observe (the caches), decide, write, tell. `Ok(None)`: nothing of it is left.
@@ -48,6 +52,9 @@ pub(super) async fn reconcile(
 ) -> (Memory, Result<Option<State>, HostError>) {
     let started = Instant::now();
     let observed = ctx.caches.observed(key, mem.remembered.as_ref());
+    ctx.metrics
+        .disrupted
+        .set(i64::from(observed.disruption.is_some()));
     if decisions::gone(&observed) {
         return (mem, Ok(None));
     }
@@ -68,7 +75,10 @@ pub(super) async fn reconcile(
         };
         mem.remembered = decision.remember.clone();
         let kube = Kube::new(ctx.write.clone(), ctx.timeout);
-        let mut applied = apply(&kube, &key.namespace, &decision.actions).await?;
+        // One write the API refuses (a quota, a field it will not take) holds up none of the
+        // others, nor the keys: it is said in an Event and tried again after a backoff.
+        let (actions, deferred) = within_budget(&ctx.budget, &decision.actions);
+        let (mut applied, refused) = apply_each(&kube, &key.namespace, &actions).await;
         // A write refused as stale changed nothing: the change it met decides again.
         applied.retain(|a| {
             let stale = a.outcome == ActionOutcome::Stale;
@@ -78,13 +88,10 @@ pub(super) async fn reconcile(
             !stale
         });
         // The keys of the live jobs, into the Secret every jump pod merges: read and written
-        // only when they changed since the last write (or were never written and there are some).
+        // when they changed since the last write, and once per leadership term (the memory
+        // starts empty): a job that ended while no replica led has its keys revoked then.
         let granted = &decision.granted;
-        if mem
-            .granted
-            .as_ref()
-            .map_or(!granted.is_empty(), |g| g != granted)
-        {
+        if mem.granted.as_ref() != Some(granted) {
             if crate::keys::grant(&kube, key, granted, &observed.pods).await? {
                 tracing::info!(
                     keys = granted.len(),
@@ -121,6 +128,9 @@ pub(super) async fn reconcile(
                         jumppod_plan::action::Action::CreatePod { .. } => "create-standby",
                         jumppod_plan::action::Action::DeleteStandby { .. } => "delete-standby",
                         jumppod_plan::action::Action::MovePodOff { .. } => "move-pod-off",
+                        jumppod_plan::action::Action::TakeOutOfRotation { .. } => {
+                            "take-out-of-rotation"
+                        }
                         jumppod_plan::action::Action::ForceDeletePod { .. } => "force-delete-pod",
                         _ => "other",
                     },
@@ -131,11 +141,27 @@ pub(super) async fn reconcile(
         let mut current = decisions::notes(&decision.findings);
         current.extend(decisions::port_changed(mem.port.as_ref(), seen.as_ref()));
         mem.port = seen;
-        let once: Vec<Note> = applied
+        let mut once: Vec<Note> = applied
             .iter()
             .map(|a| decisions::applied_note(&a.action))
             .collect();
+        once.extend(
+            refused
+                .iter()
+                .map(|(action, e)| decisions::refused_note(action, &e.report())),
+        );
         publish(ctx, &observed, &mut mem, &current, &once).await;
+        if let Some((_, e)) = refused.into_iter().next() {
+            return Err(e);
+        }
+        if deferred > 0 {
+            ctx.metrics.deferred.inc_by(deferred as u64);
+            return Err(HostError::BudgetSpent {
+                deferred,
+                rate: ctx.budget.rate(),
+                burst: ctx.budget.burst(),
+            });
+        }
         tracing::debug!(state = decision.state.as_str(), took = ?started.elapsed(), "reconciled");
         Ok(decision.state)
     }
@@ -149,6 +175,25 @@ pub(super) async fn reconcile(
         .duration
         .observe(started.elapsed().as_secs_f64());
     (mem, result.map(Some))
+}
+
+/// The actions the destruction budget allows now, in their order, and how many it defers.
+fn within_budget(budget: &Budget, actions: &[Action]) -> (Vec<Action>, usize) {
+    let now = Instant::now();
+    let mut deferred = 0;
+    let allowed = actions
+        .iter()
+        .filter(|a| {
+            let ok = !a.removes_for_a_node() || budget.take(now);
+            if !ok {
+                tracing::warn!(action = %a, "deferred: the destruction budget is spent");
+                deferred += 1;
+            }
+            ok
+        })
+        .cloned()
+        .collect();
+    (allowed, deferred)
 }
 
 /// Publishes the notes not yet published (`current`: what is the case, remembered; `once`:
@@ -199,4 +244,27 @@ async fn send(ctx: &Context, regarding: &ObjectReference, note: &Note) -> Result
     tracing::debug!(event = %name, verb, "event written");
     ctx.metrics.events.inc();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delete(kind: &str) -> Action {
+        let (name, uid, why) = ("p".to_owned(), "u".to_owned(), "w".to_owned());
+        match kind {
+            "force" => Action::ForceDeletePod { name, uid, why },
+            "move-off" => Action::MovePodOff { name, uid, why },
+            _ => Action::DeleteStandby { name, uid, why },
+        }
+    }
+
+    #[test]
+    fn writes_that_take_a_pod_away_for_its_node_wait_once_the_budget_is_spent_and_others_go() {
+        let budget = Budget::new(0.0, 1, Instant::now());
+        let actions = [delete("force"), delete("standby"), delete("move-off")];
+        let (allowed, deferred) = within_budget(&budget, &actions);
+        assert_eq!(deferred, 1);
+        assert_eq!(allowed, actions[..2]);
+    }
 }

@@ -8,6 +8,7 @@
 use super::synced::{Synced, Watch};
 use futures::{Stream, StreamExt, TryStreamExt};
 use jumppod_plan::controller::{self as decisions, ProjectKey};
+use jumppod_plan::nodes;
 use jumppod_plan::planner::Observed;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
@@ -15,6 +16,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 /// Objects per page of a watch's initial list.
 const LIST_PAGE: u32 = 100;
@@ -41,9 +43,13 @@ pub(super) fn start(
     if watch_nodes {
         watches.push(watch_of(NODES, None));
     }
+    if silent_after.is_some() {
+        watches.push(watch_of(super::leases::WATCH, None));
+    }
     let mut caches = Caches {
         scopes: Vec::new(),
         nodes: None,
+        deleted: Deleted::default(),
         silence: None,
         synced: Synced::new(watches),
     };
@@ -54,12 +60,12 @@ pub(super) fn start(
         streams.push(stream);
     }
     if watch_nodes {
-        let (nodes, stream) = start_nodes(client, caches.synced.clone());
+        let (nodes, stream) = start_nodes(client, caches.synced.clone(), caches.deleted.clone());
         caches.nodes = Some(nodes);
         streams.push(stream);
     }
     if let Some(after) = silent_after {
-        let (silence, stream) = super::leases::start(client, after);
+        let (silence, stream) = super::leases::start(client, after, caches.synced.clone());
         caches.silence = Some(silence);
         streams.push(
             stream
@@ -99,6 +105,7 @@ pub(super) async fn may_watch_nodes(client: &Client) -> bool {
 fn start_nodes(
     client: &Client,
     synced: Synced,
+    deleted: Deleted,
 ) -> (
     Store<Node>,
     futures::stream::BoxStream<'static, Result<Vec<Trigger>, watcher::Error>>,
@@ -108,13 +115,14 @@ fn start_nodes(
     let events = watcher(Api::<Node>::all(client.clone()), config)
         .default_backoff()
         .map_ok(|event| event.modify(slim_node));
-    // A node's status changes every few minutes: only a change of whether it is going away
-    // or lost makes a reconcile.
-    let mut seen: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
+    // A node's status changes every few minutes: only a change of whether it is going away,
+    // not Ready or lost makes a reconcile.
+    let mut seen: HashMap<String, Judged> = HashMap::new();
     let stream = reflector::reflector(writer, events).map_ok(move |event| match event {
         watcher::Event::Apply(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            let now = (jumppod_plan::surge::leaving(&node), lost(&node));
+            deleted.lock().remove(&name);
+            let now = judged(&node);
             match seen.insert(name.clone(), now.clone()) {
                 Some(before) if before == now => Vec::new(),
                 _ => vec![Trigger::Node(name)],
@@ -123,11 +131,13 @@ fn start_nodes(
         watcher::Event::Delete(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
             seen.remove(&name);
+            deleted.lock().insert(name.clone());
             vec![Trigger::Node(name)]
         }
         watcher::Event::InitApply(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            seen.insert(name, (jumppod_plan::surge::leaving(&node), lost(&node)));
+            deleted.lock().remove(&name);
+            seen.insert(name, judged(&node));
             Vec::new()
         }
         watcher::Event::InitDone => {
@@ -142,24 +152,31 @@ fn start_nodes(
     (nodes, stream.boxed())
 }
 
-/// Why a node is lost, if the node-lifecycle controller found it so: its Ready condition is not
-/// True (Unknown once its kubelet stopped posting, False when the kubelet says so).
-pub(super) fn lost(node: &Node) -> Option<String> {
-    let ready = node
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "Ready")?;
-    (ready.status != "True").then(|| {
-        let reason = ready.reason.as_deref().unwrap_or("no reason given");
-        format!("is not Ready ({}: {reason})", ready.status)
-    })
+/// The nodes whose deletion the nodes watch saw, until they come back. Only a deletion seen
+/// counts: a node missing from the cache may be one whose first event is still on its way.
+#[derive(Clone, Default)]
+pub(super) struct Deleted(Arc<Mutex<BTreeSet<String>>>);
+
+impl Deleted {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // A set of names: a panic elsewhere cannot leave it half written.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
-/// Of a node, what [`jumppod_plan::surge::leaving`] and [`lost`] read: its name,
-/// `unschedulable`, taints and Ready condition.
+/// What is known against a node: whether it is leaving, not Ready or lost, and why.
+type Judged = (Option<String>, Option<String>, Option<String>);
+
+fn judged(node: &Node) -> Judged {
+    (
+        jumppod_plan::surge::leaving(node),
+        nodes::not_ready(node),
+        nodes::lost(node),
+    )
+}
+
+/// Of a node, what [`jumppod_plan::surge::leaving`] and [`jumppod_plan::nodes`] read: its
+/// name, `unschedulable`, taints and Ready condition.
 fn slim_node(node: &mut Node) {
     node.metadata.managed_fields = None;
     node.metadata.annotations = None;
@@ -261,6 +278,8 @@ pub(super) struct Caches {
     scopes: Vec<Scope>,
     /// Every node, when RBAC allows watching them.
     nodes: Option<Store<Node>>,
+    /// The nodes that watch saw deleted.
+    deleted: Deleted,
     /// Which nodes stopped renewing their Lease, when RBAC allows watching them.
     silence: Option<std::sync::Arc<super::leases::Silence>>,
     /// Whether each of them holds a whole list.
@@ -340,18 +359,63 @@ impl Caches {
         let mut ours: Vec<&Pod> = observed.pods.iter().collect();
         ours.extend(observed.bare_pod.as_ref());
         ours.extend(remembered);
-        let nodes: BTreeSet<&str> = ours.iter().filter_map(|p| node_of(p)).collect();
-        observed.leaving_nodes = self.nodes_where(&nodes, jumppod_plan::surge::leaving);
-        observed.lost_nodes = self.nodes_where(&nodes, lost);
-        if let Some(silence) = &self.silence {
-            observed.silent_nodes = silence
-                .silent()
+        let names: BTreeSet<&str> = ours.iter().filter_map(|p| node_of(p)).collect();
+        let silent = self
+            .silence
+            .as_ref()
+            .map(|s| s.silent())
+            .unwrap_or_default();
+        // A cordon or an autoscaler's taint is someone's decision, whatever else is going on.
+        observed.leaving_nodes = self.nodes_where(&names, jumppod_plan::surge::leaving);
+        if let Some(why) = self.disruption(&silent) {
+            // The view is in doubt: nothing is done on silence, not Ready or lost, as
+            // Kubernetes alone would.
+            observed.disruption = Some(why);
+        } else {
+            observed.not_ready_nodes = self.nodes_where(&names, nodes::not_ready);
+            observed.lost_nodes = self.nodes_where(&names, nodes::lost);
+            observed.lost_nodes.extend(self.gone(&names));
+            observed.silent_nodes = silent
                 .into_iter()
-                .filter(|(n, _)| nodes.contains(n.as_str()))
+                .filter(|(n, _)| names.contains(n.as_str()))
                 .collect();
         }
         observed.remembered_pod = remembered.cloned();
         observed
+    }
+
+    /// Why the nodes in trouble are too many to act on, if they are
+    /// ([`nodes::disruption`]): counted over every node, `silent` by this controller's clock
+    /// or not Ready or lost by the cluster's word. None without a nodes watch.
+    fn disruption(&self, silent: &BTreeMap<String, String>) -> Option<String> {
+        let all = self.nodes.as_ref()?.state();
+        let troubled = all
+            .iter()
+            .filter(|n| {
+                silent.contains_key(n.metadata.name.as_deref().unwrap_or_default())
+                    || nodes::lost(n).is_some()
+                    || nodes::not_ready(n).is_some()
+            })
+            .count();
+        let why = nodes::disruption(all.len(), troubled)?;
+        tracing::warn!(%why, "most nodes in trouble at once: acting on none of it");
+        Some(why)
+    }
+
+    /// Of `names`, the nodes whose Node the nodes watch saw deleted: their kubelet will confirm
+    /// nothing, and PodGC force-deletes their pods.
+    fn gone(&self, names: &BTreeSet<&str>) -> BTreeMap<String, String> {
+        let deleted = self.deleted.lock();
+        names
+            .iter()
+            .filter(|name| deleted.contains(**name))
+            .map(|name| {
+                (
+                    (*name).to_owned(),
+                    "is gone (its Node was deleted)".to_owned(),
+                )
+            })
+            .collect()
     }
 
     /// Of `names`, the nodes for which `why` says something, and what.

@@ -11,6 +11,7 @@
 #[path = "../real_node_support/mod.rs"]
 mod real_node_support;
 
+mod faults;
 mod generations;
 mod kit;
 

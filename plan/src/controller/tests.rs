@@ -348,7 +348,7 @@ fn ensures_replicaset_with_another_command_is_still_drift() {
 }
 
 #[test]
-fn a_node_that_stopped_renewing_its_lease_is_surged_off_like_a_cordoned_one() {
+fn a_node_that_stopped_renewing_its_lease_gets_a_replacement_and_keeps_its_pod() {
     let mut observed = observed(
         &key(),
         Some(rs(1)),
@@ -359,9 +359,134 @@ fn a_node_that_stopped_renewing_its_lease_is_surged_off_like_a_cordoned_one() {
         BTreeMap::from([("a".into(), "has not renewed its Lease for 25 s".into())]);
     assert_eq!(
         kinds(&decide(&template(), &key(), &observed).unwrap()),
+        ["scale replicaset dstack-main-ssh-jump-pod to 2"]
+    );
+}
+
+/// `rs` as the surge leaves it: from 1 to its count.
+fn surged_from_one(mut rs: ReplicaSet) -> ReplicaSet {
+    let to = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    rs.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend([
+            (surge::SURGED_FROM_ANNOTATION.to_owned(), "1".to_owned()),
+            (surge::SURGED_TO_ANNOTATION.to_owned(), to.to_string()),
+        ]);
+    rs
+}
+
+#[test]
+fn on_a_silent_node_the_pod_leaves_the_rotation_once_its_replacement_is_ready_and_stays() {
+    let mut replacement = ready_on("b");
+    replacement.metadata.name = Some(format!("{NAME}-p9z4m"));
+    let mut observed = observed(
+        &key(),
+        Some(surged_from_one(rs(2))),
+        Some(current_svc(31022)),
+        [ready_on("a"), replacement].iter(),
+    );
+    observed.silent_nodes = BTreeMap::from([(
+        "a".into(),
+        "has not renewed its Lease for 20 s or more".into(),
+    )]);
+    assert_eq!(
+        kinds(&decide(&template(), &key(), &observed).unwrap()),
         [
-            "mark pod dstack-main-ssh-jump-pod-x7k2q retiring",
-            "scale replicaset dstack-main-ssh-jump-pod to 2"
+            "take pod dstack-main-ssh-jump-pod-x7k2q out of the Service's endpoints, its connections kept"
+        ]
+    );
+}
+
+#[test]
+fn a_replicaset_whose_surge_another_writer_undid_twice_is_surged_no_more_and_said() {
+    let mut fought = rs(1);
+    fought
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(surge::SURGE_UNDONE_ANNOTATION.into(), "2".into());
+    let mut observed = observed(
+        &key(),
+        Some(fought),
+        Some(current_svc(31022)),
+        [ready_on("a")].iter(),
+    );
+    observed.leaving_nodes = BTreeMap::from([("a".into(), "is cordoned".into())]);
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert!(decision.actions.is_empty(), "{:?}", decision.actions);
+    let said: Vec<String> = notes(&decision.findings)
+        .into_iter()
+        .filter(|n| n.reason == "SurgeUndone")
+        .map(|n| n.message)
+        .collect();
+    assert_eq!(said.len(), 1);
+    assert!(
+        said[0].starts_with("another writer of replicaset dstack-main-ssh-jump-pod's replicas"),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_replicaset_pod_slimmed_for_the_cache_is_still_told_of_a_change_of_the_keys() {
+    let keys = crate::manifest::keys_secret_name(NAME);
+    let mut pod = ready_on("a");
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.volumes = Some(vec![
+        typed(serde_json::json!({"name": "keys", "secret": {"secretName": keys}})),
+        typed(serde_json::json!({"name": "kube-api-access-x7k2p",
+            "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}})),
+    ]);
+    slim_pod(&mut pod);
+    let volumes = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap();
+    assert_eq!(
+        volumes.len(),
+        1,
+        "only the Secret's volume is kept: {volumes:?}"
+    );
+    let secret = typed(serde_json::json!({"metadata": {"name": keys}, "data": {}}));
+    let told: Vec<String> = crate::refresh::refreshes(&secret, &[pod])
+        .into_iter()
+        .map(|r| r.pod)
+        .collect();
+    assert_eq!(told, [format!("{NAME}-x7k2q")]);
+}
+
+#[test]
+fn once_a_replicaset_serves_the_project_the_bare_pods_spec_is_forgotten() {
+    let mut observed = observed(
+        &key(),
+        Some(rs(1)),
+        Some(current_svc(31022)),
+        [ready_on("a")].iter(),
+    );
+    observed.remembered_pod = Some(bare_pod("Running", true));
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert_eq!(decision.remember, None);
+}
+
+#[test]
+fn most_nodes_in_trouble_at_once_is_said_and_acted_on_for_none() {
+    // What the controller's caches give when most nodes look silent: no node named in trouble,
+    // and why.
+    let mut observed = observed(
+        &key(),
+        Some(rs(1)),
+        Some(current_svc(31022)),
+        [ready_on("a")].iter(),
+    );
+    observed.disruption = Some("3 of 3 nodes look silent, not Ready or lost at once".into());
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert!(decision.actions.is_empty(), "{:?}", decision.actions);
+    let said: Vec<String> = notes(&decision.findings)
+        .into_iter()
+        .filter(|n| n.reason == "NodesDisrupted")
+        .map(|n| n.message)
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "3 of 3 nodes look silent, not Ready or lost at once: taken for a fault of this controller's view or of the control plane; no pod is replaced, deleted or scaled off for its node until fewer nodes are in trouble"
         ]
     );
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::nodes::NodeTrouble;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Service;
 use rstest::rstest;
@@ -98,6 +99,7 @@ fn trouble(kind: &str, node: &str) -> NodeTrouble {
     match kind {
         "cordoned" => nodes.leaving = why,
         "silent" => nodes.silent = why,
+        "not-ready" => nodes.not_ready = why,
         "lost" => nodes.lost = why,
         _ => {}
     }
@@ -154,8 +156,10 @@ fn run(observed: &Observed, nodes: &NodeTrouble) -> Vec<String> {
 #[case::an_evicted_jump_pod_is_deleted_and_a_standby_made(
     observed(Some(named("a", Is::Finished)), vec![]), NodeTrouble::default(),
     vec!["create standby", "delete dstack-main-ssh-jump-pod"])]
-#[case::a_terminating_jump_pod_gets_a_standby(
-    observed(Some(named("a", Is::Terminating)), vec![]), NodeTrouble::default(), vec!["create standby"])]
+#[case::an_evicted_terminating_jump_pod_gets_a_standby(
+    observed(Some(evicted(named("a", Is::Terminating))), vec![]), NodeTrouble::default(), vec!["create standby"])]
+#[case::a_jump_pod_deleted_by_hand_gets_no_standby(
+    observed(Some(named("a", Is::Terminating)), vec![]), NodeTrouble::default(), vec![])]
 #[case::a_gone_jump_pod_is_made_again_under_its_name(
     observed(None, vec![standby("1", "b", Is::Ready)]), trouble("cordoned", "a"),
     vec!["create dstack-main-ssh-jump-pod"])]
@@ -172,17 +176,28 @@ fn run(observed: &Observed, nodes: &NodeTrouble) -> Vec<String> {
     vec!["delete-standby dstack-main-ssh-jump-pod-standby-1"])]
 #[case::a_silent_node_gets_a_standby_first(
     observed(Some(named("a", Is::Ready)), vec![]), trouble("silent", "a"), vec!["create standby"])]
-#[case::a_silent_node_loses_the_jump_pod_once_the_standby_serves(
+#[case::a_silent_node_keeps_its_jump_pod_while_the_standby_serves(
     observed(Some(named("a", Is::Ready)), vec![standby("1", "b", Is::Ready)]), trouble("silent", "a"),
-    vec!["move-off dstack-main-ssh-jump-pod"])]
+    vec![])]
+#[case::a_node_not_ready_by_its_kubelet_gets_a_standby_and_keeps_its_jump_pod(
+    observed(Some(named("a", Is::Starting)), vec![]), trouble("not-ready", "a"), vec!["create standby"])]
+#[case::a_node_not_ready_by_its_kubelet_never_has_its_jump_pod_force_deleted(
+    observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Ready)]), trouble("not-ready", "a"),
+    vec![])]
 #[case::a_node_found_lost_frees_the_name_at_once(
     observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Ready)]), trouble("lost", "a"),
     vec!["force-delete dstack-main-ssh-jump-pod"])]
+#[case::a_node_found_lost_has_its_serving_jump_pod_force_deleted_too(
+    observed(Some(named("a", Is::Ready)), vec![standby("1", "b", Is::Ready)]), trouble("lost", "a"),
+    vec!["force-delete dstack-main-ssh-jump-pod"])]
+#[case::the_node_back_the_standby_goes(
+    observed(Some(named("a", Is::Ready)), vec![standby("1", "b", Is::Ready)]), NodeTrouble::default(),
+    vec!["delete-standby dstack-main-ssh-jump-pod-standby-1"])]
 #[case::a_finished_standby_is_deleted(
     observed(Some(named("a", Is::Ready)), vec![standby("1", "b", Is::Finished)]), NodeTrouble::default(),
     vec!["delete-standby dstack-main-ssh-jump-pod-standby-1"])]
 #[case::a_finished_standby_is_replaced_while_the_jump_pod_does_not_serve(
-    observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Finished)]), NodeTrouble::default(),
+    observed(Some(evicted(named("a", Is::Terminating))), vec![standby("1", "b", Is::Finished)]), NodeTrouble::default(),
     vec!["delete-standby dstack-main-ssh-jump-pod-standby-1", "create standby"])]
 #[case::two_standbys_are_one_too_many(
     observed(Some(named("a", Is::Terminating)), vec![standby("1", "b", Is::Ready), standby("2", "b", Is::Starting)]),
@@ -359,6 +374,101 @@ fn the_jump_pod_made_again_off_a_lost_node_avoids_it() {
         None,
         "an evicted pod's node is fine"
     );
+}
+
+/// `pod` as the Eviction API leaves it.
+fn evicted(pod: Pod) -> Pod {
+    disrupted(pod, "EvictionByEvictionAPI")
+}
+
+/// `pod` with the condition Kubernetes sets on a pod it takes away for a disruption.
+fn disrupted(mut pod: Pod, reason: &str) -> Pod {
+    pod.status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(
+            serde_json::from_value(
+                json!({"type": "DisruptionTarget", "status": "True", "reason": reason}),
+            )
+            .unwrap(),
+        );
+    pod
+}
+
+#[rstest]
+#[case::kubectl_delete_is_a_persons_decision(
+    named("a", Is::Terminating),
+    NodeTrouble::default(),
+    true
+)]
+#[case::a_drain_or_an_eviction_is_a_disruption(
+    disrupted(named("a", Is::Terminating), "EvictionByEvictionAPI"),
+    NodeTrouble::default(),
+    false
+)]
+#[case::the_taint_manager_is_a_disruption(
+    disrupted(named("a", Is::Terminating), "DeletionByTaintManager"),
+    NodeTrouble::default(),
+    false
+)]
+#[case::preemption_is_a_disruption(
+    disrupted(named("a", Is::Ready), "PreemptionByScheduler"),
+    NodeTrouble::default(),
+    false
+)]
+#[case::a_finished_pod_the_keeper_deleted_is_a_disruption(
+    named("a", Is::Finished),
+    NodeTrouble::default(),
+    false
+)]
+#[case::a_pod_gone_with_its_lost_node_is_a_disruption(
+    named("a", Is::Ready),
+    trouble("lost", "a"),
+    false
+)]
+#[case::a_pod_gone_off_a_cordoned_node_is_a_disruption(
+    named("a", Is::Ready),
+    trouble("cordoned", "a"),
+    false
+)]
+fn a_jump_pod_deleted_by_hand_is_told_from_one_disrupted(
+    #[case] last_seen: Pod,
+    #[case] nodes: NodeTrouble,
+    #[case] by_hand: bool,
+) {
+    let gone = observed(None, vec![standby("1", "b", Is::Ready)]);
+    assert_eq!(deleted_by_hand(&gone, Some(&last_seen), &nodes), by_hand);
+    let here = observed(Some(last_seen.clone()), vec![]);
+    assert!(
+        !deleted_by_hand(&here, Some(&last_seen), &nodes),
+        "still there"
+    );
+}
+
+#[test]
+fn a_jump_pod_deleted_by_hand_lets_its_standby_go_and_is_not_made_again_from_it() {
+    let gone = observed(None, vec![standby("1", "b", Is::Ready)]);
+    assert_eq!(
+        outline(&let_go(&gone)),
+        ["delete-standby dstack-main-ssh-jump-pod-standby-1"]
+    );
+    let going = observed(None, vec![standby("1", "b", Is::Terminating)]);
+    assert_eq!(
+        template(&going, None),
+        None,
+        "a terminating standby is no template"
+    );
+}
+
+#[test]
+fn a_copy_leaves_out_the_ephemeral_containers_kubectl_debug_added() {
+    let mut template = named("a", Is::Ready);
+    template.spec.as_mut().unwrap().ephemeral_containers = Some(vec![
+        serde_json::from_value(json!({"name": "debugger-x7k2p", "image": "busybox"})).unwrap(),
+    ]);
+    let pod = copy(NAME, &template, Copy::Named, None, &Contract::default());
+    assert_eq!(pod.spec.unwrap().ephemeral_containers, None);
 }
 
 #[test]

@@ -54,8 +54,14 @@ pub struct Observed {
     pub leaving_nodes: BTreeMap<String, String>,
     /// The nodes whose kubelet has not renewed their Lease for a while, and why (controller).
     pub silent_nodes: BTreeMap<String, String>,
-    /// The nodes the node-lifecycle controller found lost (Ready not True), and why (controller).
+    /// The nodes whose kubelet reports them not Ready (Ready False), and why (controller).
+    pub not_ready_nodes: BTreeMap<String, String>,
+    /// The nodes the cluster found lost (Ready Unknown, tainted unreachable or out-of-service,
+    /// or their Node gone), and why (controller).
     pub lost_nodes: BTreeMap<String, String>,
+    /// Why the controller's view of the nodes is not to be acted on, if it is not: most of them
+    /// look silent or lost at once (controller). The maps above are then empty.
+    pub disruption: Option<String>,
     /// The project's dstack job pods (controller): the keys they were granted.
     pub job_pods: Vec<Pod>,
     /// The bare jump pod as the controller last saw it whole ([`crate::keeper::template`]).

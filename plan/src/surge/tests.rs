@@ -98,11 +98,27 @@ fn terminating(mut pod: Pod) -> Pod {
     pod
 }
 
-fn leaving_nodes(nodes: &[&str]) -> BTreeMap<String, String> {
-    nodes
-        .iter()
-        .map(|n| (n.to_string(), "is cordoned (spec.unschedulable)".into()))
-        .collect()
+fn leaving_nodes(nodes: &[&str]) -> NodeTrouble {
+    NodeTrouble {
+        leaving: why(nodes, "is cordoned (spec.unschedulable)"),
+        ..NodeTrouble::default()
+    }
+}
+
+fn why(nodes: &[&str], why: &str) -> BTreeMap<String, String> {
+    nodes.iter().map(|n| (n.to_string(), why.into())).collect()
+}
+
+/// Nodes in each kind of trouble but leaving: `silent`, `not-ready` or `lost`.
+fn troubled(kind: &str, nodes: &[&str]) -> NodeTrouble {
+    let mut trouble = NodeTrouble::default();
+    match kind {
+        "silent" => trouble.silent = why(nodes, "has not renewed its Lease for 20 s or more"),
+        "not-ready" => trouble.not_ready = why(nodes, "is not Ready (False: KubeletNotReady)"),
+        "lost" => trouble.lost = why(nodes, "is not Ready (Unknown: NodeStatusUnknown)"),
+        other => panic!("{other}"),
+    }
+    trouble
 }
 
 /// A decision's writes, short: `mark P`, `withdraw P`, `delete P UID`, `scale N`, `scale N
@@ -228,9 +244,12 @@ fn a_node_is_leaving_when_cordoned_or_tainted_for_removal(
     vec![ready("p", "b"), ready("q", "c")], rs(2, Some((1, 3)), &[]), &[],
     &["scale 2"])]
 // A retiring pod the ReplicaSet controller kept when it scaled back.
-#[case::a_retiring_pod_the_scale_back_kept_is_deleted_by_its_uid(
-    vec![marked(ready("old", "a")), terminating(ready("new", "b"))], rs(1, None, &["uid-old"]), &["a"],
+#[case::a_retiring_pod_the_scale_back_kept_is_deleted_by_its_uid_while_another_is_ready(
+    vec![marked(ready("old", "a")), ready("other", "c"), terminating(ready("new", "b"))], rs(2, None, &["uid-old"]), &["a"],
     &["delete old uid-old"])]
+#[case::a_retiring_pod_the_scale_back_kept_alone_serves_on(
+    vec![marked(ready("old", "a")), terminating(ready("new", "b"))], rs(1, None, &["uid-old"]), &["a"],
+    &[])]
 #[case::while_the_replicaset_has_its_surplus_the_retiring_pod_waits_for_it(
     vec![marked(ready("old", "a")), ready("new", "b")], rs(1, None, &["uid-old"]), &["a"],
     &[])]
@@ -287,12 +306,119 @@ fn a_pod_marked_by_hand_gets_the_lowest_cost_before_the_replicaset_goes_back(
         &[(RETIRING_ANNOTATION, "a new template")],
     );
     let pods: Vec<Pod> = std::iter::once(marked).chain(others).collect();
-    let actions = decide(&rs, &pods, &BTreeMap::new());
+    let actions = decide(&rs, &pods, &NodeTrouble::default());
     assert_eq!(short(&actions), expected, "{actions:?}");
     assert_eq!(
         actions[0].to_string(),
         "mark pod old retiring (a new template)"
     );
+}
+
+#[rstest]
+// Silence by this controller's clock, or a kubelet that says its node is not Ready: a
+// replacement beside the pod, never its deletion.
+#[case::a_pod_on_a_silent_node_gets_a_replacement_and_no_mark(
+    vec![ready("old", "a")], rs(1, None, &[]), "silent",
+    &["scale 2 from 1"])]
+#[case::a_pod_on_a_not_ready_node_gets_a_replacement_too(
+    vec![starting("old", "a")], rs(1, None, &[]), "not-ready",
+    &["scale 2 from 1"])]
+#[case::the_replacement_ready_nothing_is_scaled_back_while_the_node_is_silent(
+    vec![ready("old", "a"), ready("new", "b")], rs(2, Some((1, 2)), &[]), "silent",
+    &[])]
+#[case::the_replacement_ready_nothing_is_scaled_back_while_the_node_is_not_ready(
+    vec![starting("old", "a"), ready("new", "b")], rs(2, Some((1, 2)), &[]), "not-ready",
+    &[])]
+#[case::a_mark_on_a_node_now_only_in_doubt_is_withdrawn_and_nothing_scaled_back(
+    vec![marked(ready("old", "a")), ready("new", "b")], rs(2, Some((1, 2)), &[]), "silent",
+    &["withdraw old"])]
+#[case::a_pod_on_a_lost_node_is_not_ready_and_the_surge_ends_once_its_replacement_is(
+    vec![starting("old", "a"), ready("new", "b")], rs(2, Some((1, 2)), &[]), "lost",
+    &["scale 1"])]
+#[case::a_ready_pod_on_a_lost_node_is_retired_like_one_on_a_cordoned_node(
+    vec![ready("old", "a")], rs(1, None, &[]), "lost",
+    &["mark old", "scale 2 from 1"])]
+fn a_pod_on_a_node_in_doubt_gets_a_replacement_and_stays(
+    #[case] pods: Vec<Pod>,
+    #[case] rs: ReplicaSet,
+    #[case] kind: &str,
+    #[case] expected: &[&str],
+) {
+    let actions = decide(&rs, &pods, &troubled(kind, &["a"]));
+    assert_eq!(short(&actions), expected, "{actions:#?}");
+}
+
+#[test]
+fn once_the_node_is_back_the_surge_made_for_it_ends() {
+    let pods = [ready("old", "a"), ready("new", "b")];
+    let actions = decide(&rs(2, Some((1, 2)), &[]), &pods, &NodeTrouble::default());
+    assert_eq!(short(&actions), ["scale 1"]);
+    assert_eq!(
+        actions[0].to_string(),
+        "scale replicaset dstack-main-ssh-jump-pod to 1 (no retiring pod is left)"
+    );
+}
+
+/// The writes' counts of surges undone in a row, in order.
+fn undone_counts(actions: &[Action]) -> Vec<u32> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ScaleReplicaSet { undone, .. } => Some(*undone),
+            _ => None,
+        })
+        .collect()
+}
+
+fn undone_before(mut rs: ReplicaSet, times: u32) -> ReplicaSet {
+    rs.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(SURGE_UNDONE_ANNOTATION.into(), times.to_string());
+    rs
+}
+
+#[test]
+fn a_surge_undone_by_another_writer_is_made_again_once_and_counted() {
+    // Surged to 2, and set back to 1 by someone else while the pod still retires.
+    let undone = rs(1, Some((1, 2)), &[]);
+    let actions = decide(
+        &undone,
+        &[marked(ready("old", "a"))],
+        &leaving_nodes(&["a"]),
+    );
+    assert_eq!(short(&actions), ["scale 2 from 1"]);
+    assert_eq!(undone_counts(&actions), [1]);
+    assert_eq!(fought(&undone), None);
+}
+
+#[test]
+fn a_surge_undone_twice_in_a_row_stops_and_leaves_their_count() {
+    let again = undone_before(rs(1, Some((1, 2)), &[]), 1);
+    let actions = decide(&again, &[marked(ready("old", "a"))], &leaving_nodes(&["a"]));
+    assert_eq!(short(&actions), ["scale 1"]);
+    assert_eq!(undone_counts(&actions), [2]);
+    assert!(
+        actions[0]
+            .to_string()
+            .ends_with("undone 2 times in a row, it is surged no more)"),
+        "{}",
+        actions[0]
+    );
+    // What it wrote: surged no more.
+    assert_eq!(fought(&undone_before(rs(1, None, &[]), 2)), Some(2));
+}
+
+#[test]
+fn a_surge_that_ends_as_planned_forgets_the_one_undone_before() {
+    let surged = undone_before(rs(2, Some((1, 2)), &[]), 1);
+    let actions = decide(
+        &surged,
+        &[marked(ready("old", "a")), ready("new", "b")],
+        &leaving_nodes(&["a"]),
+    );
+    assert_eq!(short(&actions), ["scale 1 retiring uid-old"]);
+    assert_eq!(undone_counts(&actions), [0]);
 }
 
 #[test]
@@ -337,7 +463,7 @@ fn every_write_carries_the_resource_version_it_was_decided_on() {
     let withdrawn = decide(
         &rs(1, None, &[]),
         &[marked(ready("old", "a"))],
-        &BTreeMap::new(),
+        &NodeTrouble::default(),
     );
     assert!(
         matches!(&withdrawn[..], [Action::WithdrawRetiring { resource_version: Some(v), .. }] if v == "7-old"),

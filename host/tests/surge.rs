@@ -1,0 +1,171 @@
+//! The surge against another writer of a ReplicaSet's `replicas`, on the real control plane
+//! (API server, scheduler, ReplicaSet controller; the fake kubelet runs the pods): an
+//! autoscaler or a GitOps tool's self-heal that sets the count back every few seconds is
+//! detected, and the controller stops surging that ReplicaSet instead of fighting it. The
+//! controller runs as a user of its own with exactly the rules `jumppod rbac --controller`
+//! prints.
+
+use jumppod_plan::surge::{SURGE_UNDONE_ANNOTATION, UNDONE_AT_MOST};
+use jumppod_testkit::cluster::{
+    UserKind, admin, cluster_dir, fresh_user, grant_controller, kubeconfig_of, namespace,
+    played_node, remove_played_nodes, wait_for,
+};
+use jumppod_testkit::config_for;
+use jumppod_testkit::run::Controller;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const RUST_LOG: &str = "info,jumppod_host::controller=debug";
+const POOL: &str = "jumppod.test/pool";
+/// How often the second writer sets the count back.
+const EVERY: Duration = Duration::from_secs(5);
+
+async fn events(kube: &jumppod_host::api::Kube, ns: &str, reason: &str) -> Vec<Event> {
+    let list = Api::<Event>::namespaced(kube.client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+/// One node of the test's own, cordoned after the jump pod is Ready on it: the surge's
+/// replacement cannot be placed, so the surge stays while a second writer sets the ReplicaSet
+/// back to one replica every [`EVERY`]. The first time is taken for an operator's count and the
+/// surge made again from it; at the second in a row the controller keeps that writer's count,
+/// records it, says so in a Warning Event, and surges that ReplicaSet no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_writer_of_replicas_is_detected_and_not_fought() {
+    let kube = admin().await;
+    let ns = "surge-fought";
+    namespace(&kube, ns).await;
+    let node = jumppod_sim::NodeSpec::new(&format!("{ns}-a"))
+        .label(POOL, ns)
+        .taint(POOL, ns, "NoSchedule");
+    played_node(&kube, ns, node.to_json()).await;
+    let user = fresh_user(UserKind::Plain);
+    grant_controller(&kube, ns, &user).await;
+    let placement = format!(
+        "node_selector: {{{POOL}: {ns}}}\ntolerations: [{{key: {POOL}, operator: Equal, value: {ns}, effect: NoSchedule}}]"
+    );
+    let config = config_for(ns, "main", &placement);
+    jumppod_host::ensure(&kube, &config, &jumppod_host::Gate::native())
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    wait_for("the jump pod Ready", || async {
+        let list = pods.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(jumppod_plan::objects::is_ready)
+    })
+    .await;
+    let template = cluster_dir().join(format!("surge-{ns}.yaml"));
+    std::fs::write(&template, format!("{placement}\n")).unwrap();
+    let controller = Controller::watching(
+        &kubeconfig_of(&user),
+        ns,
+        &template,
+        RUST_LOG,
+        &cluster_dir().join(format!("surge-{ns}.log")),
+    );
+    controller.leading().await;
+
+    Api::<Node>::all(kube.client.clone())
+        .patch(
+            &format!("{ns}-a"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let sets: Api<ReplicaSet> = Api::namespaced(kube.client.clone(), ns);
+    let replicas = |rs: &ReplicaSet| rs.spec.as_ref().and_then(|s| s.replicas);
+    wait_for("the surge to two", || async {
+        (replicas(&sets.get(&config.name).await.ok()?) == Some(2)).then_some(())
+    })
+    .await;
+
+    // The second writer, as an autoscaler holding the count at one.
+    let resets = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (sets, name, resets) = (sets.clone(), config.name.clone(), resets.clone());
+        tokio::spawn(async move {
+            loop {
+                let patch = Patch::Merge(json!({"spec": {"replicas": 1}}));
+                if sets
+                    .patch(&name, &PatchParams::default(), &patch)
+                    .await
+                    .is_ok()
+                {
+                    resets.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(EVERY).await;
+            }
+        })
+    };
+    let said = wait_for("the SurgeUndone Event", || async {
+        events(&kube, ns, "SurgeUndone").await.into_iter().next()
+    })
+    .await;
+    let rs = sets.get(&config.name).await.unwrap();
+    let undone = rs
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SURGE_UNDONE_ANNOTATION))
+        .cloned();
+    assert_eq!(undone, Some(UNDONE_AT_MOST.to_string()), "{rs:?}");
+    let started = events(&kube, ns, "SurgeStarted").await;
+    let surges: i32 = started
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum();
+
+    // Two more of its resets, each answered by a reconcile: no surge any more.
+    let at = resets.load(Ordering::SeqCst);
+    wait_for("two more resets by the second writer", || async {
+        (resets.load(Ordering::SeqCst) >= at + 2).then_some(())
+    })
+    .await;
+    writer.abort();
+    let reconciled = controller.log().matches("reconciled").count();
+    // A change of the ReplicaSet (what a surge would answer) is decided on.
+    sets.patch(
+        &config.name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"jumppod.test/touched": "1"}}})),
+    )
+    .await
+    .unwrap();
+    wait_for("a reconcile of the touched ReplicaSet", || async {
+        (controller.log().matches("reconciled").count() > reconciled).then_some(())
+    })
+    .await;
+    let rs = sets.get(&config.name).await.unwrap();
+    assert_eq!(replicas(&rs), Some(1), "surged again: {}", controller.log());
+    let again: i32 = events(&kube, ns, "SurgeStarted")
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum();
+    assert_eq!(again, surges, "surged after it said it would not");
+    eprintln!(
+        "{surges} surges before it stopped; {}",
+        said.note.unwrap_or_default()
+    );
+
+    drop(controller);
+    remove_played_nodes(&kube, ns).await;
+    Api::<Namespace>::all(kube.client.clone())
+        .delete(ns, &DeleteParams::default())
+        .await
+        .expect("delete the namespace");
+}
