@@ -265,12 +265,20 @@ pub fn decide(
         && observed.disruption.is_none()
         && keeper::deleted_by_hand(observed, observed.remembered_pod.as_ref(), &nodes)
     {
-        actions.extend(keeper::let_go(observed));
+        actions.extend(keeper::let_go(
+            observed,
+            "the jump pod was deleted by hand: it is dstack's to make again",
+        ));
         findings.push(Finding::DeletedByHand {
             pod: key.name.clone(),
         });
         remember = None;
-    } else if kept && remember.is_some() {
+    } else if let Err(why) = keeper::keeps(observed) {
+        actions.extend(keeper::let_go(
+            observed,
+            &format!("the keeper stands aside: {why}"),
+        ));
+    } else if remember.is_some() {
         // The keeper deletes a finished bare pod itself, and makes it again.
         actions.retain(|a| !matches!(a, Action::DeletePod { .. }));
         actions.extend(keeper::decide(

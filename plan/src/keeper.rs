@@ -94,17 +94,13 @@ fn undisrupted(pod: &Pod, nodes: &NodeTrouble) -> bool {
     !disrupted && !is_finished(pod) && node_of(pod).is_none_or(|n| nodes.of(n).is_none())
 }
 
-/// What the keeper writes once the named pod went by a person's hand: its standbys go too, so
-/// that nothing of jumppod's stands in for it.
-pub fn let_go(observed: &Observed) -> Vec<Action> {
+/// The keeper's standbys deleted, `why`: once it stands aside ([`keeps`]: a ReplicaSet serves
+/// the project, the Service is gone, or says `jumppod.io/keep: "false"`), or the named pod went
+/// by a person's hand. Nothing of the keeper's outlives its reason.
+pub fn let_go(observed: &Observed, why: &str) -> Vec<Action> {
     standbys(observed)
         .filter(|p| is_active(p))
-        .map(|p| {
-            delete_standby(
-                p,
-                "the jump pod was deleted by hand: it is dstack's to make again",
-            )
-        })
+        .map(|p| delete_standby(p, why))
         .collect()
 }
 

@@ -453,6 +453,29 @@ fn a_replicaset_pod_slimmed_for_the_cache_is_still_told_of_a_change_of_the_keys(
 }
 
 #[test]
+fn once_a_replicaset_serves_the_project_the_keepers_standby_goes() {
+    let mut standby = bare_pod("Running", true);
+    standby.metadata.name = Some(format!("{NAME}-standby-x7k2p"));
+    standby.metadata.uid = Some("standby-uid".into());
+    standby
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(keeper::STANDBY_ANNOTATION.into(), NAME.into());
+    let observed = observed(
+        &key(),
+        Some(rs(1)),
+        Some(current_svc(31022)),
+        [ready_on("a"), standby].iter(),
+    );
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert_eq!(
+        kinds(&decision),
+        [format!("delete standby {NAME}-standby-x7k2p")]
+    );
+}
+
+#[test]
 fn once_a_replicaset_serves_the_project_the_bare_pods_spec_is_forgotten() {
     let mut observed = observed(
         &key(),
@@ -486,7 +509,7 @@ fn most_nodes_in_trouble_at_once_is_said_and_acted_on_for_none() {
     assert_eq!(
         said,
         [
-            "3 of 3 nodes look silent, not Ready or lost at once: taken for a fault of this controller's view or of the control plane; no pod is replaced, deleted or scaled off for its node until fewer nodes are in trouble"
+            "3 of 3 nodes look silent, not Ready or lost at once: taken for a fault of this controller's view or of the control plane; no pod is replaced, deleted or scaled off because its node looks silent, not Ready or lost until fewer do"
         ]
     );
 }

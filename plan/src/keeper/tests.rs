@@ -222,6 +222,23 @@ fn the_keeper_stands_aside(#[case] observed: Observed) {
     assert_eq!(run(&observed, &trouble("lost", "a")), Vec::<String>::new());
 }
 
+#[rstest]
+#[case::the_service_gone(Observed { service: None, ..observed(None, vec![]) })]
+#[case::a_replicaset_serving(Observed { replicaset: Some(ReplicaSet::default()), ..observed(None, vec![]) })]
+#[case::turned_off(
+    Observed { service: Some(service(json!({KEEP_ANNOTATION: "false"}))), ..observed(None, vec![]) })]
+fn a_keeper_that_stands_aside_lets_its_standbys_go(#[case] mut observed: Observed) {
+    observed.pods = vec![
+        standby("1", "b", Is::Ready),
+        standby("2", "b", Is::Terminating),
+    ];
+    let why = keeps(&observed).unwrap_err();
+    assert_eq!(
+        outline(&let_go(&observed, why)),
+        ["delete-standby dstack-main-ssh-jump-pod-standby-1"]
+    );
+}
+
 #[test]
 fn a_pod_never_seen_is_not_made() {
     let observed = observed(None, vec![]);
@@ -450,7 +467,7 @@ fn a_jump_pod_deleted_by_hand_is_told_from_one_disrupted(
 fn a_jump_pod_deleted_by_hand_lets_its_standby_go_and_is_not_made_again_from_it() {
     let gone = observed(None, vec![standby("1", "b", Is::Ready)]);
     assert_eq!(
-        outline(&let_go(&gone)),
+        outline(&let_go(&gone, "deleted by hand")),
         ["delete-standby dstack-main-ssh-jump-pod-standby-1"]
     );
     let going = observed(None, vec![standby("1", "b", Is::Terminating)]);
