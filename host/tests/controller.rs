@@ -1176,11 +1176,7 @@ fn lists_the_restart_tests_pods(method: &http::Method, uri: &http::Uri) -> bool 
 /// How many times Events of `reason` about `regarding` happened (an Event's series counts its
 /// repeats).
 async fn occurrences(kube: &Kube, ns: &str, regarding: &str, reason: &str) -> i32 {
-    events_of(kube, ns, regarding, reason)
-        .await
-        .iter()
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-        .sum()
+    jumppod_testkit::cluster::occurrences(&events_of(kube, ns, regarding, reason).await)
 }
 
 /// Make-before-break across a restart of the controller (its own pod is often on the node

@@ -11,8 +11,8 @@ use jumppod_plan::keeper::{RECREATED_ANNOTATION, STANDBY_ANNOTATION};
 use jumppod_plan::objects::{annotation, is_active, is_ready};
 use jumppod_plan::refresh::DIGEST_ANNOTATION;
 use jumppod_testkit::cluster::{
-    UserKind, admin, cluster_dir, evict, fresh_user, grant_controller, kubeconfig_of, namespace,
-    played_node, remove_played_nodes, typed, wait_for, wait_for_up_to,
+    UserKind, admin, cluster_dir, events, evict, fresh_user, grant_controller, kubeconfig_of,
+    namespace, played_node, remove_played_nodes, typed, wait_for, wait_for_up_to,
 };
 use jumppod_testkit::proxy::SlowFront;
 use jumppod_testkit::run::{Controller, SMALL};
@@ -169,14 +169,7 @@ impl Project {
 
     /// The Events the controller published with `reason`.
     async fn events(&self, reason: &str) -> Vec<Event> {
-        let list = Api::<Event>::namespaced(self.kube.client.clone(), self.ns)
-            .list(&Default::default())
-            .await
-            .unwrap();
-        list.items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .collect()
+        events(&self.kube, self.ns, reason).await
     }
 
     /// Made again, Ready, its standby gone: what every scenario ends with.

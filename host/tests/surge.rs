@@ -7,14 +7,13 @@
 
 use jumppod_plan::surge::{SURGE_UNDONE_ANNOTATION, UNDONE_AT_MOST};
 use jumppod_testkit::cluster::{
-    UserKind, admin, cluster_dir, fresh_user, grant_controller, kubeconfig_of, namespace,
+    UserKind, admin, cluster_dir, events, fresh_user, grant_controller, kubeconfig_of, namespace,
     played_node, remove_played_nodes, wait_for,
 };
 use jumppod_testkit::config_for;
 use jumppod_testkit::run::Controller;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -27,15 +26,9 @@ const POOL: &str = "jumppod.test/pool";
 /// How often the second writer sets the count back.
 const EVERY: Duration = Duration::from_secs(5);
 
-async fn events(kube: &jumppod_host::api::Kube, ns: &str, reason: &str) -> Vec<Event> {
-    let list = Api::<Event>::namespaced(kube.client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .unwrap();
-    list.items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect()
+/// How many times Events of `reason` happened in `ns`.
+async fn occurrences(kube: &jumppod_host::api::Kube, ns: &str, reason: &str) -> i32 {
+    jumppod_testkit::cluster::occurrences(&events(kube, ns, reason).await)
 }
 
 /// One node of the test's own, cordoned after the jump pod is Ready on it: the surge's
@@ -123,11 +116,7 @@ async fn a_second_writer_of_replicas_is_detected_and_not_fought() {
         .and_then(|a| a.get(SURGE_UNDONE_ANNOTATION))
         .cloned();
     assert_eq!(undone, Some(UNDONE_AT_MOST.to_string()), "{rs:?}");
-    let started = events(&kube, ns, "SurgeStarted").await;
-    let surges: i32 = started
-        .iter()
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-        .sum();
+    let surges = occurrences(&kube, ns, "SurgeStarted").await;
 
     // Two more of its resets, each answered by a reconcile: no surge any more.
     let at = resets.load(Ordering::SeqCst);
@@ -151,12 +140,11 @@ async fn a_second_writer_of_replicas_is_detected_and_not_fought() {
     .await;
     let rs = sets.get(&config.name).await.unwrap();
     assert_eq!(replicas(&rs), Some(1), "surged again: {}", controller.log());
-    let again: i32 = events(&kube, ns, "SurgeStarted")
-        .await
-        .iter()
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-        .sum();
-    assert_eq!(again, surges, "surged after it said it would not");
+    assert_eq!(
+        occurrences(&kube, ns, "SurgeStarted").await,
+        surges,
+        "surged after it said it would not"
+    );
     eprintln!(
         "{surges} surges before it stopped; {}",
         said.note.unwrap_or_default()

@@ -19,6 +19,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, Secret, Service};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -275,6 +276,26 @@ pub async fn played_node(kube: &Kube, ns: &str, mut node: Value) {
         (ready && !not_ready_taint).then_some(())
     })
     .await;
+}
+
+/// The Events in `ns` with `reason`.
+pub async fn events(kube: &Kube, ns: &str, reason: &str) -> Vec<Event> {
+    let list = Api::<Event>::namespaced(kube.client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+/// How many times `events` happened: an Event's series counts its repeats.
+pub fn occurrences(events: &[Event]) -> i32 {
+    events
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
 }
 
 pub async fn remove_node(kube: &Kube, name: &str) {

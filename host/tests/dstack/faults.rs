@@ -1,7 +1,7 @@
 //! Faults of a real node that must cost dstack's users nothing: the jump pod of the released
 //! server (0.22.5), bare, kept by `jumppod run`.
 
-use super::generations::{RUNNER_PORT, controller, job, jumps, node_of, refused};
+use super::generations::{RUNNER_PORT, controller, first_job, node_of, refused};
 use super::*;
 use jumppod_plan::keeper::STANDBY_ANNOTATION;
 use jumppod_plan::objects::is_active;
@@ -88,17 +88,10 @@ async fn a_paused_kubelet_cuts_no_jump_and_the_jump_pod_stays() {
     let (pod, port) = scenario.ready_jump_pod().await;
     let (uid, node) = (pod.metadata.uid.clone().unwrap_or_default(), node_of(&pod));
     let alice = scenario.user("alice");
-    let job_ip = job(&scenario, "main-job-1", &[&alice]).await;
-    let proxy = scenario
-        .dstack
-        .configure(&scenario.project, &[&alice])
-        .await;
-    assert_eq!(proxy["port"], port, "dstack's ssh_proxy: {proxy}");
-    jumps(
+    let job_ip = first_job(
+        &scenario,
         &alice,
         port,
-        &job_ip,
-        "main-job-1",
         "alice's key, appended by dstack, to jump",
     )
     .await;

@@ -49,7 +49,7 @@ pub(super) fn controller(scenario: &Scenario) -> Controller {
 
 /// A job of the project, as `run_job` makes its pod: dstack's labels, and its users' `keys`
 /// with the project's in the runner's arguments. Its pod, once it runs, and its IP.
-pub(super) async fn job(scenario: &Scenario, name: &str, keys: &[&Path]) -> String {
+async fn job(scenario: &Scenario, name: &str, keys: &[&Path]) -> String {
     let project = scenario.project.public_file();
     let keys: Vec<String> = keys.iter().map(|k| public_file(k)).collect();
     let mut args = vec![
@@ -79,8 +79,18 @@ async fn jump_to(user: &Path, port: i32, target: &str) -> Result<String, String>
     outcome(ssh, Duration::from_secs(30)).await
 }
 
+/// Job 1 with `user`'s key, provisioned by dstack through the jump pod on `port` (its
+/// `ssh_proxy` that port), and `user`'s key jumping to it (`what` names the wait): its IP.
+pub(super) async fn first_job(scenario: &Scenario, user: &Path, port: i32, what: &str) -> String {
+    let job_ip = job(scenario, "main-job-1", &[user]).await;
+    let proxy = scenario.dstack.configure(&scenario.project, &[user]).await;
+    assert_eq!(proxy["port"], port, "dstack's ssh_proxy: {proxy}");
+    jumps(user, port, &job_ip, "main-job-1", what).await;
+    job_ip
+}
+
 /// Waits (bounded) until `user`'s key jumps through the NodePort to the job `job` at `target`.
-pub(super) async fn jumps(user: &Path, port: i32, target: &str, job: &str, what: &str) -> Duration {
+async fn jumps(user: &Path, port: i32, target: &str, job: &str, what: &str) -> Duration {
     let started = Instant::now();
     wait_for_up_to(what, POD_UP, || async {
         (jump_to(user, port, target).await.as_deref() == Ok(job)).then_some(())
@@ -178,17 +188,10 @@ async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_i
     let (pod, port) = scenario.ready_jump_pod().await;
     let (service_uid, _) = service(&scenario).await;
     let alice = scenario.user("alice");
-    let job_ip = job(&scenario, "main-job-1", &[&alice]).await;
-    let proxy = scenario
-        .dstack
-        .configure(&scenario.project, &[&alice])
-        .await;
-    assert_eq!(proxy["port"], port, "dstack's ssh_proxy: {proxy}");
-    jumps(
+    let job_ip = first_job(
+        &scenario,
         &alice,
         port,
-        &job_ip,
-        "main-job-1",
         "(a) job 1's user key to jump to its job",
     )
     .await;
