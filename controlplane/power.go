@@ -30,9 +30,23 @@ import (
 // node's kubelet alone (SIGSTOP), as a kubelet starved or swapped out
 // stalls, and its removal continues it (SIGCONT). Its containerd, its pods
 // and kube-proxy run on; only the node's Lease and status go unrenewed.
+//
+// A third: containerdStoppedAnnotation stops the node's containerd alone, as
+// its service manager would (SIGTERM), as a runtime upgrade or restart does.
+// Its shims, in process groups of their own, keep its containers running;
+// the kubelet, alive, reports the node Ready False once it finds the runtime
+// down. Removed, containerd starts again from its state (as at a boot) and
+// takes its shims back.
 
 // kubeletPausedAnnotation on a real node, "true": its kubelet is paused.
 const kubeletPausedAnnotation = "jumppod.test/kubelet-paused"
+
+// containerdStoppedAnnotation on a real node, "true": its containerd is stopped.
+const containerdStoppedAnnotation = "jumppod.test/containerd-stopped"
+
+// containerdGrace is how long a stopped containerd has to exit after SIGTERM
+// before SIGKILL, as a service manager's stop timeout.
+const containerdGrace = 10 * time.Second
 
 // keepPower follows the real nodes' annotations until the cluster stops.
 func (r *realNodes) keepPower(admin kubernetes.Interface, start time.Time) {
@@ -59,6 +73,7 @@ func (r *realNodes) keepPower(admin kubernetes.Interface, start time.Time) {
 			r.setPower(ctx, admin, start, node.Name, node.Annotations[notReadyAnnotation] != "true")
 			// After setPower: a node booted with the annotation still on pauses its new kubelet.
 			r.setPaused(start, node.Name, node.Annotations[kubeletPausedAnnotation] == "true")
+			r.setContainerdStopped(ctx, start, node.Name, node.Annotations[containerdStoppedAnnotation] == "true")
 		}
 		w.Stop()
 	}
@@ -130,16 +145,67 @@ func (r *realNodes) resumeKubelet(node *realNode) {
 	node.paused = false
 }
 
+// setContainerdStopped stops or starts one node's containerd when it is not so
+// already. A node without power has no containerd to stop.
+func (r *realNodes) setContainerdStopped(ctx context.Context, start time.Time, name string, stopped bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	node := r.named(name)
+	if node == nil || node.off || node.containerd == nil || node.containerdStopped == stopped || r.lock == nil {
+		return
+	}
+	if stopped {
+		progress(start, "%s: containerd stopped (annotation %s=true): %s", name, containerdStoppedAnnotation, stopContainerd(node))
+		return
+	}
+	began := time.Now()
+	if err := r.restartContainerd(ctx, node); err != nil {
+		progress(start, "%s: containerd did not start again: %v", name, err)
+		return
+	}
+	progress(start, "%s: containerd started again (annotation %s removed) after %.1fs stopped, answering in %.1fs",
+		name, containerdStoppedAnnotation, time.Since(node.containerdStoppedAt).Seconds(), time.Since(began).Seconds())
+}
+
+// stopContainerd stops the node's containerd (SIGTERM to its process group,
+// SIGKILL after containerdGrace) and waits for it to exit; its shims and their
+// containers run on. It says how that went.
+func stopContainerd(node *realNode) string {
+	ch, began := node.containerd, time.Now()
+	ch.expectExit()
+	ch.stop(containerdGrace)
+	node.containerdStopped, node.containerdStoppedAt = true, time.Now()
+	return fmt.Sprintf("pid %d exited in %.1fs (%v); its %d shims and their pods run on, the kubelet too",
+		ch.cmd.Process.Pid, time.Since(began).Seconds(), ch.exitErr, len(shimsOf(node.state)))
+}
+
+// restartContainerd starts a stopped containerd again from its state, as
+// restorePower does, bounded by the start timeout. It counts as stopped still
+// only if the new one is not running.
+func (r *realNodes) restartContainerd(ctx context.Context, node *realNode) error {
+	ctx, cancel := context.WithTimeout(ctx, r.startTimeout)
+	defer cancel()
+	// The stopped containerd's socket is still there (see restorePower).
+	_ = os.Remove(node.socket)
+	err := r.startContainerd(ctx, node)
+	node.containerdStopped = node.containerd.exited()
+	return err
+}
+
 // cutPower kills the node's processes at once and says what it killed.
 func (r *realNodes) cutPower(node *realNode) string {
 	node.off = true
 	// SIGKILL takes a stopped process too, without a SIGCONT that would let
 	// it run first. The kubelet the node boots with is paused again only if
-	// the annotation is still there (keepPower).
-	node.paused = false
+	// the annotation is still there (keepPower); its containerd, which boots
+	// too, is stopped again likewise.
+	node.paused, node.containerdStopped = false, false
 	for _, ch := range []*child{node.kubelet, node.containerd} {
 		ch.expectExit()
-		_ = syscall.Kill(-ch.cmd.Process.Pid, syscall.SIGKILL)
+		// A stopped containerd's group is gone: its number may be another's.
+		if !ch.exited() {
+			_ = syscall.Kill(-ch.cmd.Process.Pid, syscall.SIGKILL)
+		}
 		<-ch.done
 	}
 	shims := shimsOf(node.state)

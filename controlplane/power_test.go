@@ -68,3 +68,51 @@ func TestAPausedKubeletIsStoppedThenContinuedAndStopsAtOnce(t *testing.T) {
 		t.Fatalf("the continued kubelet took %v to stop: SIGTERM was not acted on", took)
 	}
 }
+
+// The annotation's stop ends containerd's process (once however many events
+// repeat it) and marks it expected; a power cut of the node after it neither
+// signals the exited process's group nor waits on it. `sleep`s stand in for
+// containerd and the kubelet; the node's name is no real node's, so the power
+// cut finds no shim and no cgroup of its own.
+func TestAStoppedContainerdIsGoneAndAPowerCutAfterItDoesNotWait(t *testing.T) {
+	dir := t.TempDir()
+	containerd, err := startProgram(dir, "containerd-stop-test", "/bin/sleep", []string{"60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer containerd.stop(time.Second)
+	kubelet, err := startProgram(dir, "kubelet-stop-test", "/bin/sleep", []string{"60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.stop(time.Second)
+	lock, err := os.CreateTemp(dir, "lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	node := &realNode{name: "stop-test-" + strconv.Itoa(os.Getpid()), state: dir, kubelet: kubelet, containerd: containerd}
+	r := &realNodes{lock: lock, nodes: []*realNode{node}}
+	start := time.Now()
+
+	r.setContainerdStopped(t.Context(), start, node.name, true)
+	r.setContainerdStopped(t.Context(), start, node.name, true)
+	if !containerd.exited() || !node.containerdStopped || !containerd.expected.Load() {
+		t.Fatalf("exited %v, marked stopped %v, its exit expected %v", containerd.exited(), node.containerdStopped, containerd.expected.Load())
+	}
+	if kubelet.exited() {
+		t.Fatal("the kubelet stopped with containerd")
+	}
+
+	cut := make(chan string)
+	go func() { cut <- r.cutPower(node) }()
+	select {
+	case what := <-cut:
+		t.Log(what)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the power cut of a node whose containerd was stopped did not return")
+	}
+	if !kubelet.exited() || node.containerdStopped {
+		t.Fatalf("after the power cut: kubelet exited %v, containerd marked stopped %v", kubelet.exited(), node.containerdStopped)
+	}
+}

@@ -133,6 +133,10 @@ type realNode struct {
 	// paused: its kubelet is stopped by SIGSTOP (power.go), since pausedAt.
 	paused   bool
 	pausedAt time.Time
+	// containerdStopped: its containerd is stopped, its shims and pods run
+	// on (power.go), since containerdStoppedAt.
+	containerdStopped   bool
+	containerdStoppedAt time.Time
 }
 
 // realNodes is everything `up --real-nodes` started or changed, so that
@@ -836,6 +840,17 @@ func (r *realNodes) stop() {
 		stop(node.kubelet)
 	}
 	wg.Wait()
+	for _, node := range r.nodes {
+		// A stopped containerd starts again (bounded), so that its sandboxes
+		// are removed through it as the others' are.
+		if node.containerdStopped {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := r.restartContainerd(ctx, node); err != nil {
+				fmt.Fprintf(os.Stderr, "jumppod-controlplane: %s: the stopped containerd did not start again: %v\n", node.name, err)
+			}
+			cancel()
+		}
+	}
 	for _, node := range r.nodes {
 		if node.containerd != nil && !node.containerd.exited() {
 			wg.Add(1)

@@ -1,6 +1,6 @@
 //! Shared by the test binaries that run on the real nodes of `jumppod-controlplane run
 //! --real-nodes` (`real_node.rs`, `dstack/`): what the nodes are, key pairs, the OpenSSH client
-//! through a NodePort, and a node's power cut or kubelet pause.
+//! through a NodePort, and a node's power cut, kubelet pause or containerd stop.
 
 #![allow(
     dead_code,
@@ -640,6 +640,106 @@ async fn kubelet_stopped_is(node: &str, stopped: bool) {
         ((state == "T") == stopped).then_some(())
     })
     .await;
+}
+
+/// The annotation that makes `jumppod-controlplane` stop a real node's containerd (SIGTERM) and,
+/// removed, start it again from its state; its shims and pods run on, and its kubelet reports
+/// the node Ready False once it finds the runtime down (controlplane/power.go).
+pub const CONTAINERD_STOPPED: &str = "jumppod.test/containerd-stopped";
+
+/// A real node's containerd, stopped until [`ContainerdStop::start`]; dropped without that (a
+/// panic), it starts containerd on its own, so the scenarios after it find the node whole.
+pub struct ContainerdStop {
+    node: String,
+    started: bool,
+}
+
+impl ContainerdStop {
+    /// Returns once containerd's process is gone.
+    pub async fn stop(kube: &Kube, node: &str) -> ContainerdStop {
+        annotate_node(kube, node, CONTAINERD_STOPPED, true).await;
+        let stop = ContainerdStop {
+            node: node.to_owned(),
+            started: false,
+        };
+        containerd_runs(node, false).await;
+        stop
+    }
+
+    /// Returns once containerd runs again and its socket answers.
+    pub async fn start(mut self, kube: &Kube) {
+        self.started = true;
+        annotate_node(kube, &self.node, CONTAINERD_STOPPED, false).await;
+        containerd_runs(&self.node, true).await;
+    }
+}
+
+impl Drop for ContainerdStop {
+    fn drop(&mut self) {
+        if self.started {
+            return;
+        }
+        let node = self.node.clone();
+        let start = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to start containerd")
+                .block_on(async {
+                    let kube = admin().await;
+                    annotate_node(&kube, &node, CONTAINERD_STOPPED, false).await;
+                    containerd_runs(&node, true).await;
+                });
+        });
+        if start.join().is_err() {
+            eprintln!(
+                "{}'s containerd did not run again; see the panic above",
+                self.node
+            );
+        }
+    }
+}
+
+/// Waits (bounded: containerd's stop grace, 10 s, and its start) until the containerd of `node`
+/// runs and its socket accepts connections, or its process is gone, as `runs` says. The
+/// containerds run on this machine: `/usr/bin/containerd --config DIR/nodes/<node>/containerd.toml`
+/// (controlplane/realnode.go); its socket is `ready.json`'s.
+async fn containerd_runs(node: &str, runs: bool) {
+    let config = format!("/{node}/containerd.toml");
+    let socket = containerd_socket(node);
+    let what = format!(
+        "{node}'s containerd {}",
+        if runs { "running" } else { "gone" }
+    );
+    wait_for_up_to(&what, Duration::from_secs(60), || async {
+        let running = std::fs::read_dir("/proc").ok()?.flatten().any(|entry| {
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.first().is_some_and(|a| a.ends_with(b"/containerd"))
+                && args.iter().any(|a| a.ends_with(config.as_bytes()))
+        });
+        let answers = std::os::unix::net::UnixStream::connect(&socket).is_ok();
+        (if runs { running && answers } else { !running }).then_some(())
+    })
+    .await;
+}
+
+/// The path of `node`'s containerd socket, as `ready.json` gives it.
+fn containerd_socket(node: &str) -> PathBuf {
+    let ready = cluster_dir().join("ready.json");
+    let text = std::fs::read_to_string(&ready)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", ready.display()));
+    let ready: Value = serde_json::from_str(&text).expect("ready.json is JSON");
+    let nodes = ready["real_nodes"]["nodes"].as_array().cloned();
+    nodes
+        .unwrap_or_default()
+        .iter()
+        .find(|n| n["name"] == node)
+        .and_then(|n| n["containerd_socket"].as_str())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("ready.json: no containerd_socket for {node}"))
 }
 
 /// The node's Ready condition (`Unknown` once the node-lifecycle controller has not heard
