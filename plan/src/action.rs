@@ -228,6 +228,9 @@ pub enum Finding {
     /// Most nodes look silent or lost at once: taken for a fault of the controller's own view
     /// or of the control plane, so nothing is done on that until fewer do.
     NodesDisrupted { why: String },
+    /// Nothing is known of the nodes (their watch fails): nothing is surged or done for a node
+    /// until it answers again; the rest goes on.
+    NodesUnknown { why: String },
     /// A released dstack server's bare jump pod was deleted by hand, not disrupted: not made
     /// again ([`crate::keeper::deleted_by_hand`]).
     DeletedByHand { pod: String },
@@ -275,6 +278,7 @@ impl Finding {
                 | Finding::PortDiffers { .. }
                 | Finding::OlderServerFight { .. }
                 | Finding::NodesDisrupted { .. }
+                | Finding::NodesUnknown { .. }
                 | Finding::SurgeUndone { .. }
         )
     }
@@ -309,6 +313,10 @@ impl fmt::Display for Finding {
             } => write!(
                 f,
                 "another writer of replicaset {replicaset}'s replicas (an autoscaler, a GitOps tool's self-heal) undid its surge {times} times in a row: it is no longer surged, so a pod on a node going away is not replaced before it goes; exclude its replicas from that writer, then `{resume}`"
+            ),
+            Finding::NodesUnknown { why } => write!(
+                f,
+                "{why}: no pod is surged, replaced or taken away for its node until it answers again; the rest (the bare pod kept, the users' keys) goes on"
             ),
             Finding::NodesDisrupted { why } => write!(
                 f,

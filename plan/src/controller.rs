@@ -136,8 +136,10 @@ pub fn observed<'a>(
         not_ready_nodes: BTreeMap::new(),
         lost_nodes: BTreeMap::new(),
         disruption: None,
+        nodes_unknown: None,
         job_pods,
         remembered_pod: None,
+        quota_refused: None,
     }
 }
 
@@ -237,6 +239,8 @@ pub fn decide(
             .any(|f| matches!(f, Finding::ForeignReplicaSet { .. }))
     {
         match surge::fought(rs) {
+            // A surge decided without the nodes would read "no retiring pod is left".
+            _ if observed.nodes_unknown.is_some() => {}
             Some(times) => {
                 let replicaset = name_of(&rs.metadata).to_owned();
                 fought = Some(Finding::SurgeUndone {
@@ -296,6 +300,9 @@ pub fn decide(
     findings.extend(fought);
     if let Some(why) = &observed.disruption {
         findings.push(Finding::NodesDisrupted { why: why.clone() });
+    }
+    if let Some(why) = &observed.nodes_unknown {
+        findings.push(Finding::NodesUnknown { why: why.clone() });
     }
     let state = state_of(observed, &findings);
     Ok(Decision {
@@ -462,6 +469,7 @@ pub fn notes(findings: &[Finding]) -> Vec<Note> {
                 Finding::LegacyServiceKept { .. } => "LegacyServiceKept",
                 Finding::LegacyPodStranded { .. } => "LegacyPodStranded",
                 Finding::NodesDisrupted { .. } => "NodesDisrupted",
+                Finding::NodesUnknown { .. } => "NodesUnknown",
                 Finding::SurgeUndone { .. } => "SurgeUndone",
                 Finding::DeletedByHand { .. } => "DeletedByHand",
                 // Said by LegacyServiceKept, or the ReplicaSet controller's own events.

@@ -145,6 +145,21 @@ pub fn decide(
     // The standby: made when the named pod stops serving or is about to, kept until it serves
     // again (a pod dstack just created and not yet Ready needs none).
     let active: Vec<&Pod> = standbys(observed).filter(|p| is_active(p)).collect();
+    // The quota has no room for both: the pod under its name is the one dstack and its jobs
+    // know, so the standby gives way, and none is made until that pod is back.
+    let quota = named
+        .is_none()
+        .then_some(observed.quota_refused.as_ref())
+        .flatten();
+    if let Some(answer) = quota
+        && !active.is_empty()
+    {
+        let why = format!(
+            "the jump pod's creation was refused by a quota ({answer}): its standby gives way"
+        );
+        actions.extend(active.iter().map(|p| delete_standby(p, &why)));
+        return actions;
+    }
     if serving {
         for standby in &active {
             actions.push(delete_standby(
@@ -168,7 +183,7 @@ pub fn decide(
             Some(p) => troubled(node_of(p))
                 .map(|why| format!("its node {} {why}", node_of(p).unwrap_or_default())),
         };
-        if let (None, Some(why)) = (keep, why) {
+        if let (None, Some(why), None) = (keep, why, quota) {
             actions.push(Action::CreatePod {
                 pod: Box::new(copy(name, template, Copy::Standby, named_node, contract)),
                 why: format!("a standby serves while the jump pod does not: {why}"),

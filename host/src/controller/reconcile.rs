@@ -28,6 +28,9 @@ pub(super) struct Memory {
     remembered: Option<Pod>,
     /// The users' keys of the live jobs the Secret was last made to hold; None: not yet.
     granted: Option<BTreeMap<String, String>>,
+    /// The API's answer when a quota last refused the bare jump pod under its name, until a
+    /// creation of it goes through.
+    quota_refused: Option<String>,
 }
 
 pub(super) struct Context {
@@ -51,7 +54,8 @@ pub(super) async fn reconcile(
     mut mem: Memory,
 ) -> (Memory, Result<Option<State>, HostError>) {
     let started = Instant::now();
-    let observed = ctx.caches.observed(key, mem.remembered.as_ref());
+    let mut observed = ctx.caches.observed(key, mem.remembered.as_ref());
+    observed.quota_refused = mem.quota_refused.clone();
     ctx.metrics
         .disrupted
         .set(i64::from(observed.disruption.is_some()));
@@ -79,6 +83,12 @@ pub(super) async fn reconcile(
         // others, nor the keys: it is said in an Event and tried again after a backoff.
         let (actions, deferred) = within_budget(&ctx.budget, &decision.actions);
         let (mut applied, refused) = apply_each(&kube, &key.namespace, &actions).await;
+        if applied.iter().any(|a| is_named_create(&a.action)) {
+            mem.quota_refused = None;
+        }
+        if let Some(answer) = refused.iter().find_map(|(a, e)| quota_answer(a, e)) {
+            mem.quota_refused = Some(answer);
+        }
         // A write refused as stale changed nothing: the change it met decides again.
         applied.retain(|a| {
             let stale = a.outcome == ActionOutcome::Stale;
@@ -177,6 +187,22 @@ pub(super) async fn reconcile(
     (mem, result.map(Some))
 }
 
+/// Whether `action` makes the bare jump pod again under its name.
+fn is_named_create(action: &Action) -> bool {
+    matches!(action, Action::CreatePod { pod, .. } if pod.metadata.name.is_some())
+}
+
+/// The API's answer, if `action`, the bare jump pod made again under its name, was refused for
+/// a quota (403 "exceeded quota", the ResourceQuota admission plugin's words).
+fn quota_answer(action: &Action, error: &HostError) -> Option<String> {
+    match error {
+        HostError::Api {
+            code: 403, message, ..
+        } if is_named_create(action) && message.contains("exceeded quota") => Some(message.clone()),
+        _ => None,
+    }
+}
+
 /// The actions the destruction budget allows now, in their order, and how many it defers.
 fn within_budget(budget: &Budget, actions: &[Action]) -> (Vec<Action>, usize) {
     let now = Instant::now();
@@ -257,6 +283,44 @@ mod tests {
             "move-off" => Action::MovePodOff { name, uid, why },
             _ => Action::DeleteStandby { name, uid, why },
         }
+    }
+
+    fn refused(code: u16, message: &str) -> HostError {
+        HostError::Api {
+            op: "create pods".into(),
+            code,
+            reason: "Forbidden".into(),
+            message: message.into(),
+            hint: None,
+            source: Box::new(kube::Error::Service("refused".into())),
+        }
+    }
+
+    fn create(name: Option<&str>) -> Action {
+        let mut pod = Pod::default();
+        pod.metadata.name = name.map(str::to_owned);
+        Action::CreatePod {
+            pod: Box::new(pod),
+            why: "w".into(),
+        }
+    }
+
+    #[test]
+    fn only_a_quota_refusing_the_pod_under_its_name_is_remembered() {
+        let quota = "pods \"p\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1";
+        assert_eq!(
+            quota_answer(&create(Some("p")), &refused(403, quota)).as_deref(),
+            Some(quota)
+        );
+        assert_eq!(
+            quota_answer(&create(None), &refused(403, quota)),
+            None,
+            "a standby"
+        );
+        assert_eq!(
+            quota_answer(&create(Some("p")), &refused(403, "pods is forbidden: no")),
+            None
+        );
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub(super) fn start(
     let mut caches = Caches {
         scopes: Vec::new(),
         nodes: None,
-        deleted: Deleted::default(),
+        known: NodeWatch::default(),
         silence: None,
         synced: Synced::new(watches),
     };
@@ -60,7 +60,7 @@ pub(super) fn start(
         streams.push(stream);
     }
     if watch_nodes {
-        let (nodes, stream) = start_nodes(client, caches.synced.clone(), caches.deleted.clone());
+        let (nodes, stream) = start_nodes(client, caches.synced.clone(), caches.known.clone());
         caches.nodes = Some(nodes);
         streams.push(stream);
     }
@@ -105,7 +105,7 @@ pub(super) async fn may_watch_nodes(client: &Client) -> bool {
 fn start_nodes(
     client: &Client,
     synced: Synced,
-    deleted: Deleted,
+    known: NodeWatch,
 ) -> (
     Store<Node>,
     futures::stream::BoxStream<'static, Result<Vec<Trigger>, watcher::Error>>,
@@ -118,10 +118,15 @@ fn start_nodes(
     // A node's status changes every few minutes: only a change of whether it is going away,
     // not Ready or lost makes a reconcile.
     let mut seen: HashMap<String, Judged> = HashMap::new();
+    // An error (RBAC withdrawn, the API server away) leaves the cache as it was: stale until
+    // the watch answers again.
+    let health = known.clone();
+    let events =
+        events.inspect(move |r| health.lock().failing = r.as_ref().err().map(|e| e.to_string()));
     let stream = reflector::reflector(writer, events).map_ok(move |event| match event {
         watcher::Event::Apply(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            deleted.lock().remove(&name);
+            known.lock().deleted.remove(&name);
             let now = judged(&node);
             match seen.insert(name.clone(), now.clone()) {
                 Some(before) if before == now => Vec::new(),
@@ -131,12 +136,12 @@ fn start_nodes(
         watcher::Event::Delete(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
             seen.remove(&name);
-            deleted.lock().insert(name.clone());
+            known.lock().deleted.insert(name.clone());
             vec![Trigger::Node(name)]
         }
         watcher::Event::InitApply(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            deleted.lock().remove(&name);
+            known.lock().deleted.remove(&name);
             seen.insert(name, judged(&node));
             Vec::new()
         }
@@ -152,14 +157,21 @@ fn start_nodes(
     (nodes, stream.boxed())
 }
 
-/// The nodes whose deletion the nodes watch saw, until they come back. Only a deletion seen
-/// counts: a node missing from the cache may be one whose first event is still on its way.
+/// What the nodes watch knows beside its cache: the nodes it saw deleted, until they come back
+/// (only a deletion seen counts: a node missing from the cache may be one whose first event is
+/// still on its way), and why it is failing, if it is.
 #[derive(Clone, Default)]
-pub(super) struct Deleted(Arc<Mutex<BTreeSet<String>>>);
+pub(super) struct NodeWatch(Arc<Mutex<NodeWatchState>>);
 
-impl Deleted {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
-        // A set of names: a panic elsewhere cannot leave it half written.
+#[derive(Default)]
+pub(super) struct NodeWatchState {
+    deleted: BTreeSet<String>,
+    failing: Option<String>,
+}
+
+impl NodeWatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, NodeWatchState> {
+        // A set of names and a message: a panic elsewhere cannot leave them half written.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -278,8 +290,8 @@ pub(super) struct Caches {
     scopes: Vec<Scope>,
     /// Every node, when RBAC allows watching them.
     nodes: Option<Store<Node>>,
-    /// The nodes that watch saw deleted.
-    deleted: Deleted,
+    /// What that watch knows beside its cache.
+    known: NodeWatch,
     /// Which nodes stopped renewing their Lease, when RBAC allows watching them.
     silence: Option<std::sync::Arc<super::leases::Silence>>,
     /// Whether each of them holds a whole list.
@@ -365,6 +377,12 @@ impl Caches {
             .as_ref()
             .map(|s| s.silent())
             .unwrap_or_default();
+        if let Some(e) = self.known.lock().failing.clone() {
+            // Nothing is known of the nodes now: nothing is done for them.
+            observed.nodes_unknown = Some(format!("the watch of the nodes fails ({e})"));
+            observed.remembered_pod = remembered.cloned();
+            return observed;
+        }
         // A cordon or an autoscaler's taint is someone's decision, whatever else is going on.
         observed.leaving_nodes = self.nodes_where(&names, jumppod_plan::surge::leaving);
         if let Some(why) = self.disruption(&silent) {
@@ -405,7 +423,8 @@ impl Caches {
     /// Of `names`, the nodes whose Node the nodes watch saw deleted: their kubelet will confirm
     /// nothing, and PodGC force-deletes their pods.
     fn gone(&self, names: &BTreeSet<&str>) -> BTreeMap<String, String> {
-        let deleted = self.deleted.lock();
+        let known = self.known.lock();
+        let deleted = &known.deleted;
         names
             .iter()
             .filter(|name| deleted.contains(**name))

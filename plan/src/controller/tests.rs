@@ -489,6 +489,29 @@ fn once_a_replicaset_serves_the_project_the_bare_pods_spec_is_forgotten() {
 }
 
 #[test]
+fn while_the_nodes_are_unknown_a_surge_is_left_as_it_is_and_said() {
+    // Surged, the replacement Ready: with the nodes known, "no retiring pod is left" would
+    // scale the ReplicaSet back over a pod whose node may be going.
+    let mut replacement = ready_on("b");
+    replacement.metadata.name = Some(format!("{NAME}-p9z4m"));
+    let mut observed = observed(
+        &key(),
+        Some(surged_from_one(rs(2))),
+        Some(current_svc(31022)),
+        [ready_on("a"), replacement].iter(),
+    );
+    observed.nodes_unknown = Some("the watch of the nodes fails (403 Forbidden)".into());
+    let decision = decide(&template(), &key(), &observed).unwrap();
+    assert!(decision.actions.is_empty(), "{:?}", decision.actions);
+    assert!(
+        decision
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::NodesUnknown { .. }))
+    );
+}
+
+#[test]
 fn most_nodes_in_trouble_at_once_is_said_and_acted_on_for_none() {
     // What the controller's caches give when most nodes look silent: no node named in trouble,
     // and why.

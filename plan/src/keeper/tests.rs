@@ -479,6 +479,23 @@ fn a_jump_pod_deleted_by_hand_lets_its_standby_go_and_is_not_made_again_from_it(
 }
 
 #[test]
+fn a_standby_holding_the_quota_the_jump_pod_needs_gives_way() {
+    let mut gone = observed(None, vec![standby("1", "b", Is::Ready)]);
+    gone.quota_refused =
+        Some("exceeded quota: pods, requested: pods=1, used: pods=1, limited: pods=1".into());
+    assert_eq!(
+        run(&gone, &NodeTrouble::default()),
+        ["delete-standby dstack-main-ssh-jump-pod-standby-1"]
+    );
+    // Then the pod under its name, and no standby while the quota is tight.
+    gone.pods.clear();
+    assert_eq!(
+        run(&gone, &NodeTrouble::default()),
+        ["create dstack-main-ssh-jump-pod"]
+    );
+}
+
+#[test]
 fn a_copy_leaves_out_the_ephemeral_containers_kubectl_debug_added() {
     let mut template = named("a", Is::Ready);
     template.spec.as_mut().unwrap().ephemeral_containers = Some(vec![

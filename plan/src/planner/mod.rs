@@ -60,12 +60,18 @@ pub struct Observed {
     /// or their Node gone), and why (controller).
     pub lost_nodes: BTreeMap<String, String>,
     /// Why the controller's view of the nodes is not to be acted on, if it is not: most of them
-    /// look silent or lost at once (controller). The maps above are then empty.
+    /// look silent or lost at once (controller). The maps above are then empty, but `leaving`.
     pub disruption: Option<String>,
+    /// Why nothing is known of the nodes, if it is not: their watch fails (controller). No
+    /// map above is filled, and nothing is surged.
+    pub nodes_unknown: Option<String>,
     /// The project's dstack job pods (controller): the keys they were granted.
     pub job_pods: Vec<Pod>,
     /// The bare jump pod as the controller last saw it whole ([`crate::keeper::template`]).
     pub remembered_pod: Option<Pod>,
+    /// The API's answer when it last refused the bare jump pod's creation under its name for a
+    /// quota, until a creation goes through (controller).
+    pub quota_refused: Option<String>,
 }
 
 /// The planner's answer.
