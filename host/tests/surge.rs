@@ -1,14 +1,14 @@
-//! The surge against another writer of a ReplicaSet's `replicas`, on the real control plane
-//! (API server, scheduler, ReplicaSet controller; the fake kubelet runs the pods): an
-//! autoscaler or a GitOps tool's self-heal that sets the count back every few seconds is
-//! detected, and the controller stops surging that ReplicaSet instead of fighting it. The
-//! controller runs as a user of its own with exactly the rules `jumppod rbac --controller`
-//! prints.
+//! The surge and the nodes as the real control plane gives them (API server, scheduler,
+//! ReplicaSet controller, node-lifecycle controller; the fake kubelet runs the pods): another
+//! writer of a ReplicaSet's `replicas` (an autoscaler, a GitOps tool's self-heal) that sets the
+//! count back every few seconds is detected and not fought, and a Node that is deleted is taken
+//! for gone. The controller runs as a user of its own with exactly the rules `jumppod rbac
+//! --controller` prints.
 
 use jumppod_plan::surge::{SURGE_UNDONE_ANNOTATION, UNDONE_AT_MOST};
 use jumppod_testkit::cluster::{
     UserKind, admin, cluster_dir, events, fresh_user, grant_controller, kubeconfig_of, namespace,
-    played_node, remove_played_nodes, wait_for,
+    played_node, remove_node, remove_played_nodes, wait_for,
 };
 use jumppod_testkit::config_for;
 use jumppod_testkit::run::Controller;
@@ -36,40 +36,76 @@ async fn occurrences(kube: &jumppod_host::api::Kube, ns: &str, reason: &str) -> 
 /// back to one replica every [`EVERY`]. The first time is taken for an operator's count and the
 /// surge made again from it; at the second in a row the controller keeps that writer's count,
 /// records it, says so in a Warning Event, and surges that ReplicaSet no more.
+/// A namespace with `nodes` of its own (played by the fake kubelet, only its pods tolerate
+/// them), `ensure`'s ReplicaSet placed there with its pod Ready, and the controller leading.
+struct Project {
+    kube: jumppod_host::api::Kube,
+    config: jumppod_plan::Config,
+    controller: Controller,
+    pod: Pod,
+}
+
+impl Project {
+    async fn start(ns: &'static str, nodes: &[&str]) -> Project {
+        let kube = admin().await;
+        namespace(&kube, ns).await;
+        for n in nodes {
+            let node = jumppod_sim::NodeSpec::new(&format!("{ns}-{n}"))
+                .label(POOL, ns)
+                .taint(POOL, ns, "NoSchedule");
+            played_node(&kube, ns, node.to_json()).await;
+        }
+        let user = fresh_user(UserKind::Plain);
+        grant_controller(&kube, ns, &user).await;
+        let placement = format!(
+            "node_selector: {{{POOL}: {ns}}}\ntolerations: [{{key: {POOL}, operator: Equal, value: {ns}, effect: NoSchedule}}]"
+        );
+        let config = config_for(ns, "main", &placement);
+        jumppod_host::ensure(&kube, &config, &jumppod_host::Gate::native())
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+        let pod = wait_for("the jump pod Ready", || async {
+            let list = pods.list(&Default::default()).await.ok()?;
+            list.items.into_iter().find(jumppod_plan::objects::is_ready)
+        })
+        .await;
+        let template = cluster_dir().join(format!("surge-{ns}.yaml"));
+        std::fs::write(&template, format!("{placement}\n")).unwrap();
+        let controller = Controller::watching(
+            &kubeconfig_of(&user),
+            ns,
+            &template,
+            RUST_LOG,
+            &cluster_dir().join(format!("surge-{ns}.log")),
+        );
+        controller.leading().await;
+        Project {
+            kube,
+            config,
+            controller,
+            pod,
+        }
+    }
+}
+
+async fn done(kube: &jumppod_host::api::Kube, ns: &str) {
+    remove_played_nodes(kube, ns).await;
+    Api::<Namespace>::all(kube.client.clone())
+        .delete(ns, &DeleteParams::default())
+        .await
+        .expect("delete the namespace");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_writer_of_replicas_is_detected_and_not_fought() {
-    let kube = admin().await;
     let ns = "surge-fought";
-    namespace(&kube, ns).await;
-    let node = jumppod_sim::NodeSpec::new(&format!("{ns}-a"))
-        .label(POOL, ns)
-        .taint(POOL, ns, "NoSchedule");
-    played_node(&kube, ns, node.to_json()).await;
-    let user = fresh_user(UserKind::Plain);
-    grant_controller(&kube, ns, &user).await;
-    let placement = format!(
-        "node_selector: {{{POOL}: {ns}}}\ntolerations: [{{key: {POOL}, operator: Equal, value: {ns}, effect: NoSchedule}}]"
-    );
-    let config = config_for(ns, "main", &placement);
-    jumppod_host::ensure(&kube, &config, &jumppod_host::Gate::native())
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    wait_for("the jump pod Ready", || async {
-        let list = pods.list(&Default::default()).await.ok()?;
-        list.items.into_iter().find(jumppod_plan::objects::is_ready)
-    })
-    .await;
-    let template = cluster_dir().join(format!("surge-{ns}.yaml"));
-    std::fs::write(&template, format!("{placement}\n")).unwrap();
-    let controller = Controller::watching(
-        &kubeconfig_of(&user),
-        ns,
-        &template,
-        RUST_LOG,
-        &cluster_dir().join(format!("surge-{ns}.log")),
-    );
-    controller.leading().await;
+    let Project {
+        kube,
+        config,
+        controller,
+        ..
+    } = Project::start(ns, &["a"]).await;
 
     Api::<Node>::all(kube.client.clone())
         .patch(
@@ -151,9 +187,55 @@ async fn a_second_writer_of_replicas_is_detected_and_not_fought() {
     );
 
     drop(controller);
-    remove_played_nodes(&kube, ns).await;
-    Api::<Namespace>::all(kube.client.clone())
-        .delete(ns, &DeleteParams::default())
-        .await
-        .expect("delete the namespace");
+    done(&kube, ns).await;
+}
+
+/// The Node under the jump pod is deleted (a node pool scaled in by hand, a machine removed):
+/// its kubelet will confirm nothing. The controller takes the deletion for the cluster's word
+/// that the node is gone and deletes the pod itself, so that the ReplicaSet replaces it at once
+/// on the other node, instead of after the pod garbage collector's quarantine of orphans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_node_is_deleted_is_deleted_by_the_controller_and_replaced() {
+    let ns = "surge-node-gone";
+    let Project {
+        kube,
+        config,
+        controller,
+        pod,
+    } = Project::start(ns, &["a", "b"]).await;
+    let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+    remove_node(&kube, &node).await;
+    let said = wait_for("the MovedOffLostNode Event", || async {
+        events(&kube, ns, "MovedOffLostNode")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    let note = said.note.unwrap_or_default();
+    assert!(
+        note.contains(&format!("its node {node} is gone (its Node was deleted)")),
+        "{note}"
+    );
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let of_main = kube::api::ListParams::default().labels(&format!(
+        "{}={}",
+        jumppod::schema::INSTANCE_LABEL,
+        config.name
+    ));
+    let replacement = wait_for("a replacement Ready on the other node", || async {
+        let list = pods.list(&of_main).await.ok()?;
+        list.items.into_iter().find(|p| {
+            jumppod_plan::objects::is_ready(p)
+                && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node.as_str())
+        })
+    })
+    .await;
+    eprintln!(
+        "{} replaced by {}: {note}",
+        pod.metadata.name.unwrap_or_default(),
+        replacement.metadata.name.unwrap_or_default()
+    );
+    drop(controller);
+    done(&kube, ns).await;
 }

@@ -175,7 +175,8 @@ pub(super) fn refused(outcomes: &[Probe], from: Instant) -> (usize, usize) {
 /// (b) the jump pod evicted through the Eviction API: SSH comes back with no call of dstack's,
 /// on the same NodePort, job 1's key still jumps, and dstack's next job leaves the pod and the
 /// Service alone (the same Service uid);
-/// (d) the jump pod's node loses its power: how long until SSH is back.
+/// (d) the jump pod's node loses its power: how long until SSH is back, and the pod under its
+/// name Ready behind the same Service once the node boots.
 #[tokio::test]
 async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_its_users_keys() {
     let scenario = Scenario::alone("dstack-released").await;
@@ -301,15 +302,18 @@ async fn a_released_servers_jump_pod_comes_back_by_itself_on_its_nodeport_with_i
     .await;
     let back_after = cut.elapsed();
     eprintln!("(d) power cut of {node}: SSH back through NodePort {port} {back_after:?} after");
+    // Booted before the cluster found the node lost, its kubelet starts the same pod again (it
+    // was taken out of rotation, never deleted); found lost first, the pod was made again
+    // elsewhere. Either way the pod under its name serves behind the same Service.
     power.restore(&scenario.kube).await;
-    let last = ready_again(
-        &pods,
-        &name,
-        back.metadata.uid.as_deref().unwrap_or_default(),
-    )
-    .await;
+    let last = ready(&pods, &name).await;
+    let again = if last.metadata.uid == back.metadata.uid {
+        "the same pod, restarted by its kubelet"
+    } else {
+        "made again"
+    };
     assert_eq!(service(&scenario).await, (service_uid, port));
-    assert_ne!(node_of(&last), "", "{last:?}");
+    eprintln!("(d) after the boot: {again} on {}", node_of(&last));
 }
 
 /// A server of dstack's ReplicaSet change: the ReplicaSet (its template the pod dstack 0.22.5
