@@ -360,7 +360,7 @@ async fn take_out_of_rotation(
         "status": {"conditions": [{
             "type": "Ready",
             "status": "False",
-            "reason": "NodeSilent",
+            "reason": jumppod_plan::rotation::REASON,
             "message": format!("jumppod: {why}"),
             "lastTransitionTime": k8s_openapi::jiff::Timestamp::now(),
         }]},

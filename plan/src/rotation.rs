@@ -16,6 +16,18 @@ use crate::nodes::NodeTrouble;
 use crate::objects::{is_active, is_ready, name_of};
 use k8s_openapi::api::core::v1::Pod;
 
+/// The reason on the Ready condition of a pod taken out of rotation, until its kubelet writes
+/// its own again.
+pub const REASON: &str = "NodeSilent";
+
+/// Whether `pod` is out of rotation by this controller's hand: its Ready condition False with
+/// [`REASON`]. Its kubelet has not spoken since, so whatever ranks pods by readiness must not
+/// take it for one that failed.
+pub fn taken_out(pod: &Pod) -> bool {
+    crate::objects::condition(pod, "Ready")
+        .is_some_and(|(status, reason, _)| status == "False" && reason == REASON)
+}
+
 /// The pods of a project (`pods`: every pod its Service selects) to take out of rotation.
 pub fn decide(pods: &[Pod], nodes: &NodeTrouble) -> Vec<Action> {
     let node = |p: &Pod| {

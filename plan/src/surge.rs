@@ -32,10 +32,11 @@
 //!    Ready;
 //! 6. a count on the ReplicaSet other than the one the controller set is someone else's (a
 //!    `kubectl scale` during the surge): the record is dropped and that count is the new base;
-//! 7. a pod on a node in doubt (silent, not Ready: [`crate::nodes`]) gets a replacement too,
-//!    but no mark, and nothing is scaled back while any node is in doubt: once the cluster
-//!    finds the node lost its pod goes as in 1-2, and once the node is back the surplus goes,
-//!    the ReplicaSet controller choosing the pod Ready the shortest time.
+//! 7. a pod on a node in doubt (silent, not Ready: [`crate::nodes`]), or taken out of rotation
+//!    and not yet Ready again, gets a replacement too, but no mark, and nothing is scaled back
+//!    meanwhile: once the cluster finds the node lost its pod goes as in 1-2; once the node is
+//!    back, the newest pods are marked retiring and the surplus goes as in 2, so that the pod
+//!    that held its sessions stays, though its kubelet set it Ready only a moment ago.
 //!
 //! Every write carries the resourceVersion of the object it was decided on: an object changed
 //! meanwhile refuses it (409 Conflict), and the change it saw makes the controller decide
@@ -181,8 +182,7 @@ fn surge_for(retiring: usize, base: i32) -> i32 {
 /// What the controller writes so that the pods of `rs` on nodes in trouble are replaced before
 /// they go. A pod on a node leaving or lost is marked retiring and scaled off once its
 /// replacement is Ready; one on a node in doubt (silent, not Ready) only gets its replacement:
-/// nothing is scaled back while a node is in doubt, and once it is not, the surplus goes as
-/// after any surge (the ReplicaSet controller removes the pod Ready the shortest time).
+/// nothing is scaled back while a node is in doubt, and once it is not, the newest pods go.
 pub fn decide(rs: &ReplicaSet, pods: &[Pod], nodes: &NodeTrouble) -> Vec<Action> {
     let name = name_of(&rs.metadata);
     let rs_version = rs.metadata.resource_version.clone();
@@ -308,8 +308,19 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], nodes: &NodeTrouble) -> Vec<Action>
         actions.push(dropped(0));
     } else if ours.is_some() {
         // Without a retiring pod the surplus is removed once as many pods are Ready as
-        // before, so that the ReplicaSet controller removes the ones not Ready yet.
-        if ready >= base || pods.active <= usize::try_from(base).unwrap_or(0) {
+        // before, so that the ReplicaSet controller removes the ones not Ready yet. When every
+        // pod is Ready, the newest are marked first: among Ready pods it removes the one Ready
+        // the shortest time, which a pod whose node was in doubt is once its kubelet sets it
+        // Ready again, though it has held its sessions all along.
+        let base_count = usize::try_from(base).unwrap_or(0);
+        let surplus = pods.newest_surplus(base_count);
+        if !surplus.is_empty() {
+            actions.extend(surplus.into_iter().map(|p| Action::RetirePod {
+                name: name_of(&p.metadata).to_owned(),
+                why: SURPLUS_MARK.to_owned(),
+                resource_version: p.metadata.resource_version.clone(),
+            }));
+        } else if ready >= base || pods.active <= base_count {
             actions.push(scale(
                 base,
                 None,
@@ -320,6 +331,9 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], nodes: &NodeTrouble) -> Vec<Action>
     }
     actions
 }
+
+/// The mark on the newest pods of a surge that is over, which its scale-back removes.
+const SURPLUS_MARK: &str = "the newest pods of a surge that is over go first";
 
 /// Why the ReplicaSet surges: the pods it replaces, retiring or on a node in doubt.
 fn surge_why(pods: &Sorted) -> String {
@@ -353,6 +367,8 @@ struct Sorted<'a> {
     doubted: usize,
     /// Ready, not retiring, on a node without trouble.
     ready: usize,
+    /// Those pods.
+    serving: Vec<&'a Pod>,
 }
 
 impl<'a> Sorted<'a> {
@@ -364,6 +380,7 @@ impl<'a> Sorted<'a> {
             withdrawn: Vec::new(),
             doubted: 0,
             ready: 0,
+            serving: Vec::new(),
         };
         // Marks of a node that is staying: withdrawn unless a replacement is Ready.
         let mut staying = Vec::new();
@@ -395,11 +412,14 @@ impl<'a> Sorted<'a> {
                 if is_ready(pod) {
                     sorted.to_mark.push((pod, node_mark(node, why)));
                 }
-            } else if doubt.is_some() {
-                // Serving or not, it may be back in a moment: Kubernetes alone would keep it.
+            } else if doubt.is_some() || crate::rotation::taken_out(pod) {
+                // Serving or not, it may be back in a moment: Kubernetes alone would keep it. A
+                // pod taken out of rotation stays in doubt until its kubelet says it is Ready
+                // (a scale-back would remove it first, as not Ready).
                 sorted.doubted += 1;
             } else if is_ready(pod) {
                 sorted.ready += 1;
+                sorted.serving.push(pod);
             }
         }
         if i32::try_from(sorted.ready).unwrap_or(i32::MAX) < base {
@@ -410,6 +430,25 @@ impl<'a> Sorted<'a> {
             sorted.marked.extend(staying);
         }
         sorted
+    }
+}
+
+impl<'a> Sorted<'a> {
+    /// The newest of the pods beyond `base`, once every active pod serves and each has its
+    /// creation time (else the ReplicaSet controller's own ranking decides: not Ready first).
+    fn newest_surplus(&self, base: usize) -> Vec<&'a Pod> {
+        let all_serve = self.serving.len() == self.active;
+        let dated = self
+            .serving
+            .iter()
+            .all(|p| p.metadata.creation_timestamp.is_some());
+        if !all_serve || !dated || self.active <= base {
+            return Vec::new();
+        }
+        let mut newest = self.serving.clone();
+        newest.sort_by_key(|p| std::cmp::Reverse(p.metadata.creation_timestamp.clone()));
+        newest.truncate(self.active - base);
+        newest
     }
 }
 

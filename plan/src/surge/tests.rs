@@ -348,9 +348,68 @@ fn a_pod_on_a_node_in_doubt_gets_a_replacement_and_stays(
     assert_eq!(short(&actions), expected, "{actions:#?}");
 }
 
+/// `pod` as the controller leaves a pod on a silent node once another serves.
+fn taken_out(mut pod: Pod) -> Pod {
+    pod.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "False", "reason": crate::rotation::REASON}]}))
+        .unwrap(),
+    );
+    pod
+}
+
 #[test]
-fn once_the_node_is_back_the_surge_made_for_it_ends() {
-    let pods = [ready("old", "a"), ready("new", "b")];
+fn a_pod_taken_out_of_rotation_holds_the_surge_until_its_kubelet_says_it_is_ready() {
+    // The node speaks again (or a new leader has not seen it silent yet), but its kubelet has
+    // not written the pod's Ready back: a scale-back now would remove that pod first.
+    let pods = [taken_out(ready("old", "a")), ready("new", "b")];
+    let actions = decide(&rs(2, Some((1, 2)), &[]), &pods, &NodeTrouble::default());
+    assert_eq!(short(&actions), Vec::<String>::new());
+}
+
+/// `pod` created at `at`, as the API server dates every pod.
+fn created(mut pod: Pod, at: &str) -> Pod {
+    pod.metadata.creation_timestamp = Some(serde_json::from_value(json!(at)).unwrap());
+    pod
+}
+
+#[test]
+fn once_the_node_is_back_the_newest_pod_is_marked_and_the_surge_ends_on_it() {
+    // The pod whose node was in doubt was Ready again only a moment ago: left to its own
+    // ranking, the ReplicaSet controller would remove it, sessions and all.
+    let old = created(ready("old", "a"), "2026-12-07T10:00:00Z");
+    let new = created(ready("new", "b"), "2026-12-07T10:05:00Z");
+    let surged = rs(2, Some((1, 2)), &[]);
+    let actions = decide(
+        &surged,
+        &[old.clone(), new.clone()],
+        &NodeTrouble::default(),
+    );
+    assert_eq!(short(&actions), ["mark new"]);
+    assert_eq!(
+        actions[0].to_string(),
+        "mark pod new retiring (the newest pods of a surge that is over go first)"
+    );
+    let marked = annotate(
+        new,
+        &[
+            (
+                RETIRING_ANNOTATION,
+                "the newest pods of a surge that is over go first",
+            ),
+            (DELETION_COST_ANNOTATION, RETIRING_COST),
+        ],
+    );
+    let actions = decide(&surged, &[old, marked], &NodeTrouble::default());
+    assert_eq!(short(&actions), ["scale 1 retiring uid-new"]);
+}
+
+#[test]
+fn a_surge_over_with_a_pod_not_ready_ends_at_once_and_the_replicaset_removes_that_pod() {
+    let pods = [
+        created(ready("old", "a"), "2026-12-07T10:00:00Z"),
+        created(starting("new", "b"), "2026-12-07T10:05:00Z"),
+    ];
     let actions = decide(&rs(2, Some((1, 2)), &[]), &pods, &NodeTrouble::default());
     assert_eq!(short(&actions), ["scale 1"]);
     assert_eq!(
