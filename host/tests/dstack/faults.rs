@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 /// How long the kubelet stays paused: past `jumppod run`'s `--silent-node-after` (20 s), within
-/// the node-lifecycle controller's grace period (50 s), so the node stays Ready.
+/// the node-lifecycle controller's grace period (50 s), so the cluster never finds it lost.
 const PAUSE: Duration = Duration::from_secs(30);
 
 /// How long the jump pod's node stays Ready False, its runtime down, counted from when that is
@@ -176,8 +176,8 @@ async fn no_standby_left(pods: &Api<Pod>, limit: Duration) {
 
 /// The jump pod's kubelet stopped for [`PAUSE`]: its containerd, its pods and kube-proxy run on,
 /// only its node's Lease goes unrenewed. `jumppod run` must not take the pod for lost: it stays
-/// (the same uid, never deleted), the node stays Ready, no new SSH connection is refused, and a
-/// jump held through it to a job keeps carrying data.
+/// (the same uid, never deleted), the cluster never finds the node lost, no new SSH connection
+/// is refused, and a jump held through it to a job keeps carrying data.
 #[tokio::test]
 async fn a_paused_kubelet_cuts_no_jump_and_the_jump_pod_stays() {
     let scenario = Scenario::alone("dstack-paused").await;
@@ -230,10 +230,12 @@ async fn a_paused_kubelet_cuts_no_jump_and_the_jump_pod_stays() {
         !seen.deleting,
         "the jump pod was deleted while its kubelet was paused"
     );
-    assert_eq!(
-        seen.node_ready,
-        BTreeSet::from(["True".to_owned()]),
-        "{node}'s Ready condition"
+    // The cluster never found the node lost. (A kubelet that resumes may report its node not
+    // Ready for a moment, until its first look at the runtime since the pause.)
+    assert!(
+        !seen.node_ready.contains("Unknown"),
+        "{node}'s Ready condition: {:?}",
+        seen.node_ready
     );
     assert_eq!(failed, 0, "new connections refused during the pause");
     assert!(during > 0, "the held jump carried nothing during the pause");

@@ -666,11 +666,14 @@ impl ContainerdStop {
         stop
     }
 
-    /// Returns once containerd runs again and its socket answers.
+    /// Returns once containerd runs again, its socket answers, and the node is Ready with no
+    /// not-ready taint.
     pub async fn start(mut self, kube: &Kube) {
         self.started = true;
         annotate_node(kube, &self.node, CONTAINERD_STOPPED, false).await;
         containerd_runs(&self.node, true).await;
+        // The next scenario finds the node as it was: its kubelet has told the API server.
+        back_up(kube, &self.node).await;
     }
 }
 
@@ -689,6 +692,7 @@ impl Drop for ContainerdStop {
                     let kube = admin().await;
                     annotate_node(&kube, &node, CONTAINERD_STOPPED, false).await;
                     containerd_runs(&node, true).await;
+                    back_up(&kube, &node).await;
                 });
         });
         if start.join().is_err() {
