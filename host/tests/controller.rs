@@ -110,6 +110,13 @@ fn grant_controller_rules_edited(
     .into_iter()
     .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "RoleBinding")))
     .map(|mut o| {
+        // The Role in kube-node-lease is every test's: its name must be this namespace's own,
+        // or the last test to write it takes the others' Leases away.
+        let name = if o["metadata"]["namespace"] == rbac::NODE_LEASE_NAMESPACE {
+            format!("{name}-{ns}")
+        } else {
+            name.to_owned()
+        };
         o["metadata"]["name"] = json!(name);
         if o.get("roleRef").is_some() {
             o["roleRef"]["name"] = json!(name);

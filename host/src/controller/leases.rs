@@ -8,7 +8,8 @@
 //! kubelet wrote into it, as the node-lifecycle controller does (its `probeTimestamp`): two
 //! machines' clocks need not agree. So silence counts only while the watch is whole: its first
 //! list is part of the sync gate, and from an error or a new list until the watch is back,
-//! nothing is silent; then every Lease is dated anew, as at the start.
+//! nothing is silent; then every Lease is dated anew, as at the start. An error lets the gate
+//! go: with nothing silent, the projects are decided as if no node were.
 
 use super::synced::{Synced, Watch};
 use futures::{Stream, StreamExt};
@@ -181,7 +182,10 @@ pub(super) fn start(
                 let event = match event {
                     Ok(event) => event,
                     Err(e) => {
+                        // Nothing is silent while it fails, so nothing waits on it either: a
+                        // Role withdrawn must not hold up every project.
                         silence.behind();
+                        synced.listed(&watch);
                         return Err(e);
                     }
                 };

@@ -120,9 +120,16 @@ fn start_nodes(
     let mut seen: HashMap<String, Judged> = HashMap::new();
     // An error (RBAC withdrawn, the API server away) leaves the cache as it was: stale until
     // the watch answers again.
-    let health = known.clone();
-    let events =
-        events.inspect(move |r| health.lock().failing = r.as_ref().err().map(|e| e.to_string()));
+    let (health, gate) = (known.clone(), synced.clone());
+    let events = events.inspect(move |r| {
+        let failing = r.as_ref().err().map(|e| e.to_string());
+        if failing.is_some() {
+            // Nothing is done for a node meanwhile (`nodes_unknown`), so nothing waits on it: a
+            // ClusterRole withdrawn must not hold up the keeper and the keys.
+            gate.listed(&watch_of(NODES, None));
+        }
+        health.lock().failing = failing;
+    });
     let stream = reflector::reflector(writer, events).map_ok(move |event| match event {
         watcher::Event::Apply(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
