@@ -270,8 +270,8 @@ async fn a_runtime_restart_keeps_the_jump_pod_and_cuts_no_jump() {
     // The fault's length, counted from the node seen not Ready.
     tokio::time::sleep_until((not_ready + RUNTIME_DOWN).into()).await;
     let during = fault.jump.lines() - lines_at_not_ready;
-    stopped.start(kube).await;
     let started = Instant::now();
+    stopped.start(kube).await;
     let limit = Duration::from_secs(120);
     let back = wait_for_up_to(
         "the node Ready and the jump pod, the same, Ready again after containerd's start",
