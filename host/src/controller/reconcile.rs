@@ -203,23 +203,19 @@ fn quota_answer(action: &Action, error: &HostError) -> Option<String> {
     }
 }
 
-/// The actions the destruction budget allows now, in their order, and how many it defers.
+/// The actions the destruction budget allows now, in their order, and how many it defers. What
+/// follows a deferred write waits with it: it was decided as if that write were done (the pod
+/// under its name made again once the lost one is force-deleted).
 fn within_budget(budget: &Budget, actions: &[Action]) -> (Vec<Action>, usize) {
     let now = Instant::now();
-    let mut deferred = 0;
     let allowed = actions
         .iter()
-        .filter(|a| {
-            let ok = !a.removes_for_a_node() || budget.take(now);
-            if !ok {
-                tracing::warn!(action = %a, "deferred: the destruction budget is spent");
-                deferred += 1;
-            }
-            ok
-        })
-        .cloned()
-        .collect();
-    (allowed, deferred)
+        .position(|a| a.removes_for_a_node() && !budget.take(now))
+        .unwrap_or(actions.len());
+    for a in &actions[allowed..] {
+        tracing::warn!(action = %a, "deferred: the destruction budget is spent");
+    }
+    (actions[..allowed].to_vec(), actions.len() - allowed)
 }
 
 /// Publishes the notes not yet published (`current`: what is the case, remembered; `once`:
@@ -324,11 +320,19 @@ mod tests {
     }
 
     #[test]
-    fn writes_that_take_a_pod_away_for_its_node_wait_once_the_budget_is_spent_and_others_go() {
+    fn writes_that_take_a_pod_away_for_its_node_wait_once_the_budget_is_spent_and_what_follows() {
         let budget = Budget::new(0.0, 1, Instant::now());
-        let actions = [delete("force"), delete("standby"), delete("move-off")];
+        let actions = [
+            delete("force"),
+            delete("standby"),
+            delete("move-off"),
+            delete("standby"),
+        ];
         let (allowed, deferred) = within_budget(&budget, &actions);
-        assert_eq!(deferred, 1);
+        assert_eq!(deferred, 2);
         assert_eq!(allowed, actions[..2]);
+        // Others than these are never held by it.
+        let (allowed, deferred) = within_budget(&budget, &[delete("standby")]);
+        assert_eq!((allowed.len(), deferred), (1, 0));
     }
 }
