@@ -31,11 +31,6 @@ async fn occurrences(kube: &jumppod_host::api::Kube, ns: &str, reason: &str) -> 
     jumppod_testkit::cluster::occurrences(&events(kube, ns, reason).await)
 }
 
-/// One node of the test's own, cordoned after the jump pod is Ready on it: the surge's
-/// replacement cannot be placed, so the surge stays while a second writer sets the ReplicaSet
-/// back to one replica every [`EVERY`]. The first time is taken for an operator's count and the
-/// surge made again from it; at the second in a row the controller keeps that writer's count,
-/// records it, says so in a Warning Event, and surges that ReplicaSet no more.
 /// A namespace with `nodes` of its own (played by the fake kubelet, only its pods tolerate
 /// them), `ensure`'s ReplicaSet placed there with its pod Ready, and the controller leading.
 struct Project {
@@ -97,6 +92,11 @@ async fn done(kube: &jumppod_host::api::Kube, ns: &str) {
         .expect("delete the namespace");
 }
 
+/// One node of the test's own, cordoned after the jump pod is Ready on it: the surge's
+/// replacement cannot be placed, so the surge stays while a second writer sets the ReplicaSet
+/// back to one replica every [`EVERY`]. The first time is taken for an operator's count and the
+/// surge made again from it; at the second in a row the controller keeps that writer's count,
+/// records it, says so in a Warning Event, and surges that ReplicaSet no more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_writer_of_replicas_is_detected_and_not_fought() {
     let ns = "surge-fought";

@@ -256,7 +256,8 @@ pub fn decide(
         }
         actions.extend(off_lost_nodes(observed, &nodes));
     }
-    let kept = keeper::keeps(observed).is_ok();
+    let keeps = keeper::keeps(observed);
+    let kept = keeps.is_ok();
     // A ReplicaSet replaces its own pods: the bare pod it adopted or succeeded is forgotten, so
     // that its old spec never comes back if the ReplicaSet goes.
     let mut remember = match &observed.replicaset {
@@ -277,7 +278,7 @@ pub fn decide(
             pod: key.name.clone(),
         });
         remember = None;
-    } else if let Err(why) = keeper::keeps(observed) {
+    } else if let Err(why) = keeps {
         actions.extend(keeper::let_go(
             observed,
             &format!("the keeper stands aside: {why}"),

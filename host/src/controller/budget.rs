@@ -11,18 +11,18 @@ use std::time::Instant;
 /// A token bucket of `burst` tokens refilled at `rate` per second.
 pub(super) struct Budget {
     rate: f64,
-    burst: f64,
+    burst: u32,
     state: Mutex<(f64, Instant)>,
 }
 
 impl Budget {
     /// Full at `now`.
     pub(super) fn new(rate: f64, burst: u32, now: Instant) -> Budget {
-        let burst = f64::from(burst.max(1));
+        let burst = burst.max(1);
         Budget {
             rate: rate.max(0.0),
             burst,
-            state: Mutex::new((burst, now)),
+            state: Mutex::new((f64::from(burst), now)),
         }
     }
 
@@ -32,7 +32,7 @@ impl Budget {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (tokens, at) = &mut *state;
         let refill = now.saturating_duration_since(*at).as_secs_f64() * self.rate;
-        *tokens = (*tokens + refill).min(self.burst);
+        *tokens = (*tokens + refill).min(f64::from(self.burst));
         *at = now;
         if *tokens >= 1.0 {
             *tokens -= 1.0;
@@ -49,8 +49,7 @@ impl Budget {
 
     /// Tokens at most.
     pub(super) fn burst(&self) -> u32 {
-        // Made from a u32.
-        self.burst as u32
+        self.burst
     }
 }
 

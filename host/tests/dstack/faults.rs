@@ -35,6 +35,18 @@ struct Seen {
     standbys: BTreeSet<String>,
 }
 
+impl Seen {
+    /// The pod under the jump pod's name was always the one of `uid`, never being deleted.
+    fn never_replaced(&self, uid: &str, when: &str) {
+        assert_eq!(
+            self.uids,
+            BTreeSet::from([uid.to_owned()]),
+            "the jump pod was replaced {when}"
+        );
+        assert!(!self.deleting, "the jump pod was deleted {when}");
+    }
+}
+
 /// Polls, every 500 ms until aborted, the pod `name`, its node `node` and the standbys.
 fn watch(
     kube: &Kube,
@@ -221,15 +233,7 @@ async fn a_paused_kubelet_cuts_no_jump_and_the_jump_pod_stays() {
         lease_at_pause, lease_at_resume,
         "the Lease was renewed during the pause: not paused"
     );
-    assert_eq!(
-        seen.uids,
-        BTreeSet::from([uid.clone()]),
-        "the jump pod was replaced"
-    );
-    assert!(
-        !seen.deleting,
-        "the jump pod was deleted while its kubelet was paused"
-    );
+    seen.never_replaced(&uid, "while its kubelet was paused");
     // The cluster never found the node lost. (A kubelet that resumes may report its node not
     // Ready for a moment, until its first look at the runtime since the pause.)
     assert!(
@@ -296,15 +300,7 @@ async fn a_runtime_restart_keeps_the_jump_pod_and_cuts_no_jump() {
         seen.pod_ready,
         seen.node_ready,
     );
-    assert_eq!(
-        seen.uids,
-        BTreeSet::from([uid.clone()]),
-        "the jump pod was replaced"
-    );
-    assert!(
-        !seen.deleting,
-        "the jump pod was deleted while its node's runtime was down"
-    );
+    seen.never_replaced(&uid, "while its node's runtime was down");
     assert!(
         seen.node_ready.contains("False"),
         "{node} never seen Ready False: {:?}",
